@@ -1,0 +1,158 @@
+import { CniError } from "./errors.ts";
+import { type Cidr, FAMILIES, type Family, formatCidr } from "./ip.ts";
+
+/** CNI spec versions this plugin speaks, oldest first. */
+export const SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] as const;
+
+/** The newest supported CNI version. */
+export const LATEST_VERSION = "1.1.0";
+
+/** CNI verbs and the version that introduced each. */
+export const VERBS = {
+  ADD: "0.3.0",
+  DEL: "0.3.0",
+  CHECK: "0.4.0",
+  STATUS: "1.1.0",
+  GC: "1.1.0",
+  VERSION: "0.3.0",
+} as const;
+
+/** A CNI verb (`CNI_COMMAND`). */
+export type Verb = keyof typeof VERBS;
+
+/** The CNI environment of one invocation. */
+export interface CniEnv {
+  command: Verb;
+  containerId: string;
+  netns: string;
+  ifname: string;
+  args: Record<string, string>;
+}
+
+/** One leased address as it appears in a result. */
+export interface Lease {
+  family: Family;
+  cidr: Cidr;
+}
+
+/** Compares dotted versions numerically. */
+export function compareVersions(a: string, b: string): number {
+  const pa = a.split(".").map(Number), pb = b.split(".").map(Number);
+  for (let i = 0; i < 3; i++) {
+    const d = (pa[i] || 0) - (pb[i] || 0);
+    if (d !== 0) return d;
+  }
+  return 0;
+}
+
+/** Throws code 1 unless `version` is supported and new enough for `verb`. */
+export function requireVersion(version: string, verb: Verb): void {
+  if (!(SUPPORTED_VERSIONS as readonly string[]).includes(version)) {
+    throw new CniError(
+      "version",
+      `cniVersion ${version} is not supported`,
+      `supported: ${SUPPORTED_VERSIONS.join(", ")}`,
+    );
+  }
+  if (compareVersions(version, VERBS[verb]) < 0) {
+    throw new CniError(
+      "version",
+      `${verb} requires cniVersion ${VERBS[verb]} or later`,
+      `got ${version}`,
+    );
+  }
+}
+
+/** Parses `CNI_ARGS` (`K=V;K=V`). */
+export function parseCniArgs(text: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const part of (text ?? "").split(";")) {
+    if (!part) continue;
+    const eq = part.indexOf("=");
+    if (eq <= 0) {
+      throw new CniError("env", "CNI_ARGS is malformed", `entry "${part}" is not KEY=VALUE`);
+    }
+    out[part.slice(0, eq)] = part.slice(eq + 1);
+  }
+  return out;
+}
+
+const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.\-]*$/;
+
+/** Validates `CNI_COMMAND`. */
+export function parseVerb(command: string | undefined): Verb {
+  if (!command || !Object.hasOwn(VERBS, command)) {
+    throw new CniError(
+      "env",
+      command ? `CNI_COMMAND ${command} is not supported` : "CNI_COMMAND is not set",
+      `expected one of ${Object.keys(VERBS).join(", ")}`,
+    );
+  }
+  return command as Verb;
+}
+
+/** Reads and validates the CNI environment for a verb. */
+export function readCniEnv(get: (name: string) => string | undefined): CniEnv {
+  const verb = parseVerb(get("CNI_COMMAND"));
+  const perAttachment = verb === "ADD" || verb === "DEL" || verb === "CHECK";
+  const need = (name: string, required: boolean): string => {
+    const v = get(name) ?? "";
+    if (required && !v) throw new CniError("env", `${name} is not set`, `required for ${verb}`);
+    return v;
+  };
+  const containerId = need("CNI_CONTAINERID", perAttachment);
+  if (containerId && !CONTAINER_ID.test(containerId)) {
+    throw new CniError("env", "CNI_CONTAINERID is invalid", "must be alphanumeric plus _ . -");
+  }
+  const ifname = need("CNI_IFNAME", perAttachment);
+  if (
+    ifname && (ifname.length > 15 || /[\s/:]/.test(ifname) || ifname === "." || ifname === "..")
+  ) {
+    throw new CniError(
+      "env",
+      "CNI_IFNAME is invalid",
+      "at most 15 characters, no whitespace, / or :",
+    );
+  }
+  return {
+    command: verb,
+    containerId,
+    netns: need("CNI_NETNS", verb === "ADD" || verb === "CHECK"),
+    ifname,
+    args: parseCniArgs(get("CNI_ARGS")),
+  };
+}
+
+/** Encodes an IPAM result in the requested CNI version. */
+export function encodeResult(
+  version: string,
+  leases: Lease[],
+  gateways: Partial<Record<Family, string>>,
+): Record<string, unknown> {
+  const legacy = compareVersions(version, "1.0.0") < 0;
+  const sorted = FAMILIES.flatMap((f) => leases.filter((l) => l.family === f));
+  return {
+    cniVersion: version,
+    ips: sorted.map((l) => ({
+      ...(legacy ? { version: l.family === "ipv4" ? "4" : "6" } : {}),
+      address: formatCidr(l.cidr),
+      ...(gateways[l.family] ? { gateway: gateways[l.family] } : {}),
+    })),
+    routes: sorted.map((l) => ({ dst: l.family === "ipv4" ? "0.0.0.0/0" : "::/0" })),
+    dns: {},
+  };
+}
+
+/** Encodes a CNI error result. */
+export function encodeError(version: string, err: CniError): Record<string, unknown> {
+  return { cniVersion: version, code: err.code, msg: err.message, details: err.details };
+}
+
+/** The VERSION verb's answer. */
+export function versionResult(requested: string | undefined): Record<string, unknown> {
+  const known = (SUPPORTED_VERSIONS as readonly string[]).includes(requested ?? "");
+  return {
+    cniVersion: known ? requested : LATEST_VERSION,
+    supportedVersions: [...SUPPORTED_VERSIONS],
+  };
+}

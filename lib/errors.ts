@@ -1,0 +1,99 @@
+/**
+ * The single mapping from failure outcomes to CNI error codes.
+ *
+ * Codes below 100 are defined by the CNI specification; codes 100 and above
+ * are milo-ipam's own and are documented in the README's error table.
+ */
+
+/** Every way an invocation can fail, each with its CNI code and a summary. */
+export const OUTCOMES = {
+  version: { code: 1, summary: "incompatible CNI version" },
+  env: { code: 4, summary: "invalid environment variables" },
+  io: { code: 5, summary: "I/O failure" },
+  decode: { code: 6, summary: "failed to decode content" },
+  config: { code: 7, summary: "invalid network config" },
+  transient: { code: 11, summary: "try again later" },
+  unavailable: { code: 50, summary: "plugin not available" },
+  exhausted: { code: 100, summary: "Milo IP pool exhausted" },
+  auth: { code: 101, summary: "Milo refused the credentials" },
+  rejected: { code: 102, summary: "Milo rejected the claim" },
+  conflict: { code: 103, summary: "claim held by another attachment" },
+  check: { code: 104, summary: "lease does not match Milo" },
+  protocol: { code: 105, summary: "unexpected answer from Milo" },
+  sandbox: { code: 106, summary: "refused by the permission sandbox" },
+  internal: { code: 199, summary: "internal error" },
+} as const;
+
+/** Name of a failure outcome (a row of {@link OUTCOMES}). */
+export type Outcome = keyof typeof OUTCOMES;
+
+/** A failure that ends the invocation with a CNI error on stdout. */
+export class CniError extends Error {
+  readonly outcome: Outcome;
+  readonly details: string;
+
+  constructor(outcome: Outcome, msg: string, details = "") {
+    super(msg);
+    this.name = "CniError";
+    this.outcome = outcome;
+    this.details = details;
+  }
+
+  /** The CNI error code of this failure. */
+  get code(): number {
+    return OUTCOMES[this.outcome].code;
+  }
+}
+
+/**
+ * Outcome of a Milo HTTP answer that the caller did not expect.
+ * 507 is exhaustion, not a transient server error.
+ */
+export function outcomeOfHttpStatus(status: number): Outcome {
+  if (status === 507) return "exhausted";
+  if (status === 401 || status === 403) return "auth";
+  if (status === 409) return "conflict";
+  if (status === 429 || (status >= 500 && status <= 504)) return "transient";
+  if (status === 400 || status === 404 || status === 422) return "rejected";
+  return "protocol";
+}
+
+/** True when a Milo HTTP status is worth retrying within the deadline. */
+export function isTransientStatus(status: number): boolean {
+  return outcomeOfHttpStatus(status) === "transient";
+}
+
+/** Converts anything thrown into a {@link CniError}, never leaking a stack. */
+export function toCniError(err: unknown): CniError {
+  if (err instanceof CniError) return err;
+  if (err instanceof Deno.errors.NotCapable) {
+    return new CniError(
+      "sandbox",
+      "the permission sandbox refused an operation",
+      errorText(err),
+    );
+  }
+  return new CniError("internal", "unexpected failure", errorText(err));
+}
+
+/** The message of an error without its stack. */
+export function errorText(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
+  return `${err.name}: ${err.message}${cause}`;
+}
+
+/** Folds several failures into one: the first one's code and message, every message in details. */
+export function combineErrors(errors: CniError[]): CniError {
+  if (errors.length === 1) return errors[0];
+  const all = errors.map((e) => `[${e.code}] ${e.message}${e.details ? ` (${e.details})` : ""}`);
+  return new CniError(errors[0].outcome, errors[0].message, [...new Set(all)].join("; "));
+}
+
+/** Awaits every task; throws the combined failure if any failed, else returns the values. */
+export async function settleAll<T>(tasks: Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(tasks);
+  const errors = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
+  if (errors.length) throw combineErrors(errors);
+  return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
+}
