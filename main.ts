@@ -114,6 +114,17 @@ function elapsed(started: number): number {
   return Math.round((performance.now() - started) * 10) / 10;
 }
 
+/** Runs `milo-ipam reconcile ...`; failures print a CNI error JSON like the verbs do. */
+export async function runReconcile(args: string[]): Promise<number> {
+  try {
+    const { reconcileCli } = await import("./lib/reconcile.ts");
+    return await reconcileCli(args);
+  } catch (err) {
+    print(encodeError(LATEST_VERSION, toCniError(err)));
+    return 1;
+  }
+}
+
 if (import.meta.main) {
-  Deno.exit(await runCni());
+  Deno.exit(Deno.args[0] === "reconcile" ? await runReconcile(Deno.args.slice(1)) : await runCni());
 }

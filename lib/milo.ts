@@ -17,6 +17,7 @@ const stringMap = z.optional(z.record(z.string(), z.string()));
 export const IPClaimSchema = z.looseObject({
   metadata: z.looseObject({
     name: z.string(),
+    uid: z.optional(z.string()),
     labels: stringMap,
     annotations: stringMap,
     creationTimestamp: z.optional(z.string()),

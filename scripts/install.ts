@@ -3,7 +3,8 @@
  * Milo host(s) and files of the given config.
  *
  *   deno task install --dir DIR [--config FILE] [--node-config FILE]
- *                     [--allow-host HOST:PORT]... [--results-dir DIR] [--mode auto|compile|launcher]
+ *                     [--allow-host HOST:PORT]... [--results-dir DIR] [--state-file FILE]
+ *                     [--mode auto|compile|launcher]
  *
  * `--config` is a node config file, a network config with an `ipam` block, or
  * a conflist. The module is bundled, then `deno compile`d; where compile cannot
@@ -21,6 +22,7 @@ import {
   mergeConfig,
 } from "../lib/config.ts";
 import { type Grants, netGrant, permissionFlags } from "../lib/permissions.ts";
+import { DEFAULT_STATE_FILE } from "../lib/reconcile.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const DENO_VERSION = "2.9.6";
@@ -40,6 +42,7 @@ export interface InstallOptions {
   nodeConfig?: string;
   allowHosts?: string[];
   resultsDir?: string;
+  stateFile?: string;
   mode?: "auto" | "compile" | "launcher";
   quiet?: boolean;
 }
@@ -67,11 +70,13 @@ export async function grantsFor(o: InstallOptions): Promise<Grants> {
   const file = o.config ? await readJson(o.config) : {};
   const blocks = ipamBlocks(file);
   const settings = (blocks.length ? blocks : [{}]).map((b) => mergeConfig(node, b));
+  const stateDir = dirname(resolve(o.stateFile ?? DEFAULT_STATE_FILE));
   const g: Grants = {
     net: [...(o.allowHosts ?? [])],
-    read: [nodePath, o.resultsDir ?? DEFAULT_RESULTS_DIR],
-    write: [],
+    read: [nodePath, o.resultsDir ?? DEFAULT_RESULTS_DIR, stateDir],
+    write: [stateDir],
   };
+  if (o.config) g.read.push(resolve(o.config));
   for (const s of settings) {
     const milo = isPlainObject(s.milo) ? s.milo : {};
     if (typeof milo.url === "string") g.net.push(netGrant(milo.url));
@@ -195,13 +200,14 @@ if (import.meta.main) {
       "node-config": { type: "string" },
       "allow-host": { type: "string", multiple: true },
       "results-dir": { type: "string" },
+      "state-file": { type: "string" },
       mode: { type: "string", default: "auto" },
     },
   });
   if (!values.dir || !["auto", "compile", "launcher"].includes(values.mode ?? "")) {
     console.error(
       "usage: deno task install --dir DIR [--config FILE] [--node-config FILE] " +
-        "[--allow-host HOST:PORT]... [--results-dir DIR] [--mode auto|compile|launcher]",
+        "[--allow-host HOST:PORT]... [--results-dir DIR] [--state-file FILE] [--mode auto|compile|launcher]",
     );
     Deno.exit(2);
   }
@@ -212,6 +218,7 @@ if (import.meta.main) {
       nodeConfig: values["node-config"],
       allowHosts: values["allow-host"],
       resultsDir: values["results-dir"],
+      stateFile: values["state-file"],
       mode: values.mode as InstallOptions["mode"],
     });
     console.log(JSON.stringify(r));

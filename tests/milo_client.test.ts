@@ -1,0 +1,205 @@
+import assert from "node:assert/strict";
+import { leaseOf } from "../lib/claims.ts";
+import { CniError } from "../lib/errors.ts";
+import { formatCidr } from "../lib/ip.ts";
+import { type ClientOptions, MiloClient, retryAfterMs } from "../lib/milo.ts";
+
+const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
+const fixture = (name: string): unknown =>
+  JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
+const TOKEN = "s3cret-token-value";
+
+type Reply = { status: number; body?: unknown; headers?: Record<string, string> } | Error;
+
+/** A client whose fetch answers from a script and records every request. */
+function scripted(replies: Reply[], extra: Partial<ClientOptions> = {}) {
+  const seen: { method: string; url: string; auth: string | null; body?: string }[] = [];
+  const sleeps: number[] = [];
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    const headers = new Headers(init?.headers);
+    seen.push({
+      method: init?.method ?? "GET",
+      url: String(input),
+      auth: headers.get("authorization"),
+      body: init?.body as string | undefined,
+    });
+    const r = replies.shift();
+    if (!r) return Promise.reject(new Error("script exhausted"));
+    if (r instanceof Error) return Promise.reject(r);
+    const body = r.body === undefined ? "" : JSON.stringify(r.body);
+    return Promise.resolve(new Response(body, { status: r.status, headers: r.headers }));
+  };
+  const client = new MiloClient({
+    baseUrl:
+      "https://milo.test/apis/resourcemanager.miloapis.com/v1alpha1/projects/p/control-plane",
+    namespace: "default",
+    token: TOKEN,
+    requestMs: 1000,
+    deadline: Date.now() + 60_000,
+    fetch: fakeFetch as typeof fetch,
+    sleep: (ms) => {
+      sleeps.push(ms);
+      return Promise.resolve();
+    },
+    random: () => 0.5,
+    ...extra,
+  });
+  return { client, seen, sleeps };
+}
+
+async function rejects(p: Promise<unknown>): Promise<CniError> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof CniError, `expected CniError, got ${err}`);
+    return err;
+  }
+  throw new Error("expected a rejection");
+}
+
+Deno.test("create answers the bound IPv4 claim (201) with a /32 lease", async () => {
+  const { client, seen } = scripted([{ status: 201, body: fixture("ipclaim-bound-ipv4.json") }]);
+  const claim = await client.createClaim(fixture("ipclaim-create-request.json") as never);
+  assert.ok(claim);
+  assert.equal(claim.status.phase, "Bound");
+  assert.equal(formatCidr(leaseOf(claim, "ipv4")!), "10.40.0.7/32");
+  assert.equal(seen.length, 1);
+  assert.equal(seen[0].method, "POST");
+  assert.equal(
+    seen[0].url,
+    "https://milo.test/apis/resourcemanager.miloapis.com/v1alpha1/projects/p/control-plane" +
+      "/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims",
+  );
+  assert.equal(seen[0].auth, `Bearer ${TOKEN}`);
+  assert.deepEqual(JSON.parse(seen[0].body!), fixture("ipclaim-create-request.json"));
+});
+
+Deno.test("an IPv6 /96 block claim keeps its block length", async () => {
+  const { client } = scripted([{ status: 201, body: fixture("ipclaim-bound-ipv6-block.json") }]);
+  const claim = await client.createClaim({});
+  const lease = leaseOf(claim!, "ipv6")!;
+  assert.equal(lease.prefix, 96);
+  assert.equal(formatCidr(lease), "fd20::1:0:3:0:0/96");
+  assert.equal(leaseOf(claim!, "ipv4"), null);
+});
+
+Deno.test("409 on create is reported as an existing name, not an error", async () => {
+  const { client } = scripted([{ status: 409, body: fixture("status-409-already-exists.json") }]);
+  assert.equal(await client.createClaim({}), null);
+});
+
+Deno.test("GET and DELETE of a missing claim answer null / absent (404)", async () => {
+  const nf = { status: 404, body: fixture("status-404-not-found.json") };
+  const { client } = scripted([nf, nf]);
+  assert.equal(await client.getClaim("pod-x-v4"), null);
+  assert.equal(await client.deleteClaim("pod-x-v4"), "absent");
+});
+
+Deno.test("DELETE answering the Releasing claim (200) counts as released", async () => {
+  const { client, seen } = scripted([{ status: 200, body: fixture("ipclaim-releasing.json") }]);
+  assert.equal(await client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"), "released");
+  assert.equal(seen[0].method, "DELETE");
+  assert.match(seen[0].url, /\/ipclaims\/pod-3f9a1c2b7d4e5f60a1b2-v4$/);
+});
+
+Deno.test("LIST sends the label selector and parses IPClaimList", async () => {
+  const { client, seen } = scripted([{ status: 200, body: fixture("ipclaim-list.json") }]);
+  assert.deepEqual(await client.listClaims("a=b,c=d"), []);
+  assert.match(seen[0].url, /\/ipclaims\?labelSelector=a%3Db%2Cc%3Dd$/);
+});
+
+Deno.test("503 with Retry-After is retried after the advertised delay", async () => {
+  const { client, seen, sleeps } = scripted([
+    { status: 503, body: fixture("status-503-unavailable.json"), headers: { "retry-after": "1" } },
+    { status: 201, body: fixture("ipclaim-bound-ipv4.json") },
+  ]);
+  assert.ok(await client.createClaim({}));
+  assert.equal(seen.length, 2);
+  assert.deepEqual(sleeps, [1000]);
+});
+
+Deno.test("429 and connection errors are retried with bounded, growing backoff", async () => {
+  const { client, sleeps } = scripted([
+    { status: 429, body: { kind: "Status", code: 429, reason: "TooManyRequests" } },
+    new TypeError("connection refused"),
+    { status: 500, body: { kind: "Status", code: 500 } },
+    { status: 201, body: fixture("ipclaim-bound-ipv4.json") },
+  ]);
+  assert.ok(await client.createClaim({}));
+  assert.equal(sleeps.length, 3);
+  assert.ok(sleeps[0] < sleeps[1] && sleeps[1] < sleeps[2], `backoff grows: ${sleeps}`);
+  assert.ok(sleeps.every((s) => s <= 1000));
+});
+
+Deno.test("persistent failure ends in code 11 after a bounded number of attempts", async () => {
+  const replies: Reply[] = Array.from({ length: 20 }, () => new TypeError("connection refused"));
+  const { client, seen } = scripted(replies);
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 11);
+  assert.ok(seen.length <= 8, `attempts: ${seen.length}`);
+  assert.match(err.details, /connection refused/);
+});
+
+Deno.test("Retry-After beyond the deadline gives up at once with code 11", async () => {
+  const { client, seen, sleeps } = scripted([
+    {
+      status: 503,
+      body: fixture("status-503-unavailable.json"),
+      headers: { "retry-after": "120" },
+    },
+  ], { deadline: Date.now() + 5_000 });
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 11);
+  assert.equal(seen.length, 1);
+  assert.deepEqual(sleeps, []);
+});
+
+Deno.test("507 names the exhausted pool and class (code 100)", async () => {
+  const { client, seen } = scripted([{ status: 507, body: fixture("status-507-exhausted.json") }]);
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 100);
+  assert.match(err.message, /vpc-7b3e-pods-v4/);
+  assert.match(err.message, /vpc-pods-ipv4/);
+  assert.equal(seen.length, 1, "exhaustion is not retried");
+});
+
+for (
+  const [file, code] of [["status-401-unauthorized.json", 101], [
+    "status-403-forbidden.json",
+    101,
+  ]] as const
+) {
+  Deno.test(`${file} maps to code ${code} and never echoes the token`, async () => {
+    const body = fixture(file) as { code: number };
+    const { client, seen } = scripted([{ status: body.code, body }]);
+    const err = await rejects(client.createClaim({}));
+    assert.equal(err.code, code);
+    assert.equal(seen.length, 1);
+    assert.ok(!`${err.message}${err.details}`.includes(TOKEN));
+  });
+}
+
+for (const file of ["status-400-bad-request.json", "status-422-invalid.json"]) {
+  Deno.test(`${file} maps to code 102 with Milo's message`, async () => {
+    const body = fixture(file) as { code: number; message: string };
+    const { client } = scripted([{ status: body.code, body }]);
+    const err = await rejects(client.createClaim({}));
+    assert.equal(err.code, 102);
+    assert.ok(err.message.includes(body.message));
+  });
+}
+
+Deno.test("a malformed success body is a protocol error (code 105)", async () => {
+  const { client } = scripted([{ status: 201, body: { kind: "IPClaim", metadata: {} } }]);
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 105);
+  assert.match(err.details, /metadata\.name/);
+});
+
+Deno.test("Retry-After parses seconds and HTTP dates", () => {
+  assert.equal(retryAfterMs("3"), 3000);
+  assert.equal(retryAfterMs(null), undefined);
+  assert.equal(retryAfterMs("soon"), undefined);
+  const d = retryAfterMs(new Date(Date.now() + 2000).toUTCString())!;
+  assert.ok(d > 0 && d <= 2000);
+});
