@@ -21,6 +21,8 @@ export interface RunOptions {
   podNamespace?: string;
   /** stdin: an object is JSON-encoded. */
   stdin?: unknown;
+  /** Command-line arguments (e.g. `reconcile ...`). */
+  args?: string[];
   /** Extra or overriding environment; `undefined` values remove a variable. */
   env?: Record<string, string | undefined>;
   timeoutMs?: number;
@@ -33,6 +35,12 @@ export interface TestPlugin {
   tokenFile: string;
   logFile: string;
   nodeConfig: string;
+  /** The installed network config file (a bridge config delegating to milo-ipam). */
+  configFile: string;
+  /** libcni-style result cache directory granted to the plugin. */
+  resultsDir: string;
+  /** Reconcile state file granted to the plugin. */
+  stateFile: string;
   /** A network config (bridge master) delegating to milo-ipam; `ipam` fields override. */
   netConf(ipam?: Record<string, unknown>, top?: Record<string, unknown>): Record<string, unknown>;
   run(o: RunOptions): Promise<RunResult>;
@@ -79,10 +87,16 @@ export async function installPlugin(o: {
   });
   const configFile = `${dir}/net.conf`;
   await Deno.writeTextFile(configFile, JSON.stringify(netConf()));
+  const resultsDir = `${dir}/results`;
+  const stateFile = `${dir}/state/reconcile.json`;
+  await Deno.mkdir(resultsDir);
+  await Deno.mkdir(`${dir}/state`);
   const installed = await install({
     dir: `${dir}/bin`,
     config: configFile,
     nodeConfig,
+    resultsDir,
+    stateFile,
     quiet: true,
   });
   const run = async (r: RunOptions): Promise<RunResult> => {
@@ -105,6 +119,7 @@ export async function installPlugin(o: {
     for (const k of Object.keys(env)) if (env[k] === "") delete env[k];
     const started = performance.now();
     const child = new Deno.Command(installed.path, {
+      args: r.args ?? [],
       env,
       clearEnv: true,
       stdin: "piped",
@@ -138,6 +153,9 @@ export async function installPlugin(o: {
     tokenFile,
     logFile,
     nodeConfig,
+    configFile,
+    resultsDir,
+    stateFile,
     netConf,
     run,
     logLines: async () =>
