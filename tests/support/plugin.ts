@@ -1,15 +1,9 @@
 /** Test support: install milo-ipam into a temp dir and run it the way a CNI runtime does. */
+import { execCni, type ExecResult } from "../../scripts/cni_exec.ts";
 import { install, type Installed } from "../../scripts/install.ts";
 
 /** What one plugin process did. */
-export interface RunResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-  /** stdout parsed as JSON (undefined when stdout is empty). */
-  json: Record<string, unknown> | undefined;
-  ms: number;
-}
+export type RunResult = ExecResult;
 
 /** One invocation, as a runtime would make it. */
 export interface RunOptions {
@@ -117,35 +111,12 @@ export async function installPlugin(o: {
       else env[k] = v;
     }
     for (const k of Object.keys(env)) if (env[k] === "") delete env[k];
-    const started = performance.now();
-    const child = new Deno.Command(installed.path, {
-      args: r.args ?? [],
+    return await execCni(installed.path, {
       env,
-      clearEnv: true,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-      signal: AbortSignal.timeout(r.timeoutMs ?? 30_000),
-    }).spawn();
-    const input = r.stdin === undefined
-      ? ""
-      : typeof r.stdin === "string"
-      ? r.stdin
-      : JSON.stringify(r.stdin);
-    const writer = child.stdin.getWriter();
-    await writer.write(new TextEncoder().encode(input)).catch(() => {});
-    await writer.close().catch(() => {});
-    const out = await child.output();
-    const stdout = new TextDecoder().decode(out.stdout);
-    let json: Record<string, unknown> | undefined;
-    if (stdout.trim()) json = JSON.parse(stdout);
-    return {
-      code: out.code,
-      stdout,
-      stderr: new TextDecoder().decode(out.stderr),
-      json,
-      ms: performance.now() - started,
-    };
+      args: r.args,
+      stdin: r.stdin,
+      timeoutMs: r.timeoutMs,
+    });
   };
   return {
     installed,

@@ -1,0 +1,236 @@
+/**
+ * `deno task demo`: a runtime's-eye story of milo-ipam against milo-dev.
+ *
+ * Starts milo-dev (the development Milo IPAM server) with one tenant and a
+ * dual-stack VPC, installs the plugin into a temp dir, then ADDs pods on two
+ * clusters at once, CHECKs them, deletes one lease behind the plugin's back,
+ * DELs, survives a Milo outage with a bounded error, and prints Milo's
+ * inventory and utilization. Ends by itself and cleans up (`--keep` leaves
+ * milo-dev running for the page until Ctrl-C).
+ */
+import { parseArgs } from "node:util";
+import { KEYS } from "../lib/claims.ts";
+import { startMiloDev } from "../milo-dev/spawn.ts";
+import { execCni, type ExecResult } from "./cni_exec.ts";
+import { install } from "./install.ts";
+
+const TOKEN = "demo-token-tenant-a";
+const SEED = {
+  projects: [{
+    name: "tenant-a",
+    tokens: [TOKEN],
+    ipClasses: [
+      {
+        metadata: { name: "vpc-pods-ipv4" },
+        spec: { ipFamily: "IPv4", prefixLength: 32, requiredScopeRoles: ["network"] },
+      },
+      {
+        metadata: { name: "vpc-pods-ipv6" },
+        spec: { ipFamily: "IPv6", prefixLength: 96, requiredScopeRoles: ["network"] },
+      },
+    ],
+    ipPools: [
+      {
+        metadata: { name: "vpc-7b3e-pods-v4" },
+        spec: {
+          cidr: "10.40.0.0/27",
+          ipFamily: "IPv4",
+          classNames: ["vpc-pods-ipv4"],
+          reservations: { leading: 1, trailing: 1, unitPrefixLength: 32 },
+        },
+      },
+      {
+        metadata: { name: "vpc-7b3e-pods-v6" },
+        spec: {
+          cidr: "fd20:0:0:1::/64",
+          ipFamily: "IPv6",
+          classNames: ["vpc-pods-ipv6"],
+          reservations: { leading: 1, unitPrefixLength: 96 },
+        },
+      },
+    ],
+  }],
+};
+const NODES = [
+  { cluster: "cluster-a", node: "a1" },
+  { cluster: "cluster-a", node: "a2" },
+  { cluster: "cluster-b", node: "b1" },
+  { cluster: "cluster-b", node: "b2" },
+];
+
+interface Pod {
+  cluster: string;
+  node: string;
+  name: string;
+  containerId: string;
+  result?: Record<string, unknown>;
+}
+
+const say = (s = "") => console.log(s);
+const heading = (s: string) => say(`\n== ${s}`);
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({ args: Deno.args, options: { keep: { type: "boolean" } } });
+  const dir = await Deno.makeTempDir({ prefix: "milo-ipam-demo-" });
+  const milo = await startMiloDev({ seed: SEED });
+  try {
+    heading("Milo");
+    say(`milo-dev (development server, not a production backend) at ${milo.url}`);
+    say(`utilization page: ${milo.url}/`);
+
+    const tokenFile = `${dir}/token`;
+    await Deno.writeTextFile(tokenFile, TOKEN);
+    const netConf = (cluster: string, totalMs = 5000) => ({
+      cniVersion: "1.1.0",
+      name: "vpc-7b3e",
+      type: "galactic-veth",
+      vpc: "vpc-7b3e",
+      vpcattachment: `vpc-7b3e-${cluster}`,
+      ipam: {
+        type: "milo-ipam",
+        milo: {
+          url:
+            `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane`,
+          tokenFile,
+        },
+        cluster,
+        classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+        scope: {
+          network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+        },
+        gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
+        timeouts: { requestMs: 500, totalMs },
+        log: { file: `${dir}/milo-ipam.log` },
+      },
+    });
+    await Deno.writeTextFile(`${dir}/net.conf`, JSON.stringify(netConf("cluster-a")));
+    await Deno.writeTextFile(`${dir}/node.conf`, "{}");
+    const installed = await install({
+      dir: `${dir}/bin`,
+      config: `${dir}/net.conf`,
+      nodeConfig: `${dir}/node.conf`,
+      resultsDir: `${dir}/results`,
+      stateFile: `${dir}/state/reconcile.json`,
+      quiet: true,
+    });
+    heading("Install");
+    say(`${installed.path} (${installed.kind}) with ${installed.flags.join(" ")}`);
+
+    const run = (
+      pod: Pod,
+      command: string,
+      extra: Record<string, unknown> = {},
+      totalMs?: number,
+    ) =>
+      execCni(installed.path, {
+        env: {
+          CNI_COMMAND: command,
+          CNI_CONTAINERID: pod.containerId,
+          CNI_IFNAME: "eth0",
+          CNI_NETNS: `/var/run/netns/${pod.name}`,
+          CNI_ARGS:
+            `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod.name};K8S_POD_UID=${pod.containerId}`,
+          MILO_IPAM_CONFIG: `${dir}/node.conf`,
+          NODE_NAME: pod.node,
+        },
+        stdin: { ...netConf(pod.cluster, totalMs), ...extra },
+      });
+    const describe = (r: ExecResult) =>
+      r.code === 0 ? "ok" : `error ${r.json?.code}: ${r.json?.msg}`;
+    const addresses = (r: Record<string, unknown> | undefined) =>
+      ((r?.ips ?? []) as { address: string }[]).map((i) => i.address).join("  ");
+
+    const pods: Pod[] = NODES.flatMap((n, i) =>
+      Array.from({ length: 3 }, (_, j) => ({
+        ...n,
+        name: `web-${n.node}-${j}`,
+        containerId: `c${i}${j}${crypto.randomUUID().replaceAll("-", "")}`,
+      }))
+    );
+
+    heading(`ADD: ${pods.length} pods on two clusters at once`);
+    const adds = await Promise.all(pods.map((p) => run(p, "ADD")));
+    adds.forEach((r, i) => {
+      pods[i].result = r.json;
+      say(
+        `${pods[i].cluster}/${pods[i].node}  ${pods[i].name.padEnd(10)}  ${
+          r.code === 0 ? addresses(r.json) : describe(r)
+        }  (${Math.round(r.ms)} ms)`,
+      );
+    });
+    if (adds.some((r) => r.code !== 0)) throw new Error("an ADD failed; see above");
+    const v4 = adds.map((r) => ((r.json?.ips ?? []) as { address: string }[])[0]?.address);
+    say(`distinct IPv4 addresses: ${new Set(v4).size} of ${pods.length}`);
+
+    heading("CHECK every pod against Milo");
+    const checks = await Promise.all(pods.map((p) => run(p, "CHECK", { prevResult: p.result })));
+    say(`${checks.filter((r) => r.code === 0).length}/${pods.length} CHECK ok`);
+
+    heading("A lease is deleted behind the plugin's back; CHECK catches it");
+    const victim = pods[0];
+    const [claim] = await milo.listClaims(
+      "tenant-a",
+      `${KEYS.podName}=${victim.name},${KEYS.family}=ipv4`,
+    );
+    const del = await milo.fetch(
+      `${milo.url}/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims/${claim.metadata.name}`,
+      { method: "DELETE", headers: { authorization: `Bearer ${TOKEN}` } },
+    );
+    await del.body?.cancel();
+    say(`DELETE ${claim.metadata.name} directly in Milo: HTTP ${del.status}`);
+    const caught = await run(victim, "CHECK", { prevResult: victim.result });
+    say(`CHECK ${victim.name}: ${JSON.stringify(caught.json)}`);
+
+    heading("DEL: four pods go away (each DEL sent twice, as runtimes may)");
+    for (const p of [victim, ...pods.slice(4, 7)]) {
+      const a = await run(p, "DEL"), b = await run(p, "DEL");
+      say(`DEL ${p.name}: ${describe(a)}, again: ${describe(b)}`);
+    }
+
+    heading("Milo outage: the plugin fails fast and bounded, never allocates locally");
+    await milo.setFaults({ down: true });
+    const newcomer: Pod = { ...NODES[0], name: "web-late", containerId: "late" + Date.now() };
+    const down = await run(newcomer, "ADD", {}, 2000);
+    say(`ADD during outage (totalMs 2000): ${describe(down)} after ${Math.round(down.ms)} ms`);
+    await milo.clearFaults();
+    const back = await run(newcomer, "ADD");
+    say(`ADD retried after Milo is back: ${describe(back)} ${addresses(back.json)}`);
+
+    heading("Milo's inventory (pod leases by cluster and node)");
+    const claims = await milo.listClaims("tenant-a");
+    const groups = new Map<string, string[]>();
+    for (const c of claims) {
+      const a = c.metadata.annotations ?? {};
+      const k = `${a[KEYS.cluster]}/${a[KEYS.node]}`;
+      groups.set(k, [...(groups.get(k) ?? []), `${a[KEYS.pod]} ${c.status.allocatedCIDR}`]);
+    }
+    for (const [k, leases] of [...groups].sort()) {
+      say(`${k}:`);
+      for (const l of leases.sort()) say(`    ${l}`);
+    }
+    const pools = await milo.fetch(`${milo.url}/apis/ipam.miloapis.com/v1alpha1/ippools`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    }).then((r) => r.json());
+    heading("Utilization");
+    for (const p of pools.items) {
+      const c = p.status.capacity;
+      say(
+        `${p.metadata.name.padEnd(18)} ${
+          p.spec.cidr.padEnd(18)
+        } allocated ${c.allocated} of ${c.total} (${p.status.utilizationPercent}%)`,
+      );
+    }
+    say(`\npage: ${milo.url}/`);
+    if (values.keep) {
+      say("milo-dev keeps running; Ctrl-C to stop and clean up.");
+      const { promise, resolve } = Promise.withResolvers<void>();
+      Deno.addSignalListener("SIGINT", () => resolve());
+      await promise;
+    }
+  } finally {
+    await milo.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+await main();
