@@ -49,6 +49,7 @@ const StatusSchema = z.looseObject({
   message: z.optional(z.string()),
   reason: z.optional(z.string()),
   details: z.optional(z.looseObject({
+    name: z.optional(z.string()),
     causes: z.optional(z.array(z.looseObject({
       type: z.optional(z.string()),
       field: z.optional(z.string()),
@@ -150,13 +151,13 @@ export class MiloClient {
 
   /** GETs a claim, or `null` when Milo has none of that name. */
   async getClaim(name: string): Promise<IPClaim | null> {
-    const a = await this.#call("GET", this.#claimsPath(name), undefined, [200, 404]);
+    const a = await this.#call("GET", this.#claimsPath(name), undefined, [200, 404], name);
     return a.status === 404 ? null : parse(IPClaimSchema, a.body, "IPClaim");
   }
 
   /** DELETEs a claim: `released` on 200/202, `absent` on 404. */
   async deleteClaim(name: string): Promise<"released" | "absent"> {
-    const a = await this.#call("DELETE", this.#claimsPath(name), undefined, [200, 202, 404]);
+    const a = await this.#call("DELETE", this.#claimsPath(name), undefined, [200, 202, 404], name);
     return a.status === 404 ? "absent" : "released";
   }
 
@@ -173,7 +174,14 @@ export class MiloClient {
     return parse(IPClassListSchema, a.body, "IPClassList").items.map((c) => c.metadata.name);
   }
 
-  async #call(method: string, path: string, body: unknown, accept: number[]): Promise<Answer> {
+  /** One request with retries; a 404 is accepted only as Milo's NotFound for `name`. */
+  async #call(
+    method: string,
+    path: string,
+    body: unknown,
+    accept: number[],
+    name?: string,
+  ): Promise<Answer> {
     const o = this.#o;
     const url = o.baseUrl + path;
     const what = `${method} ${path}`;
@@ -199,17 +207,18 @@ export class MiloClient {
         });
         const text = await res.text();
         const json = parseJson(text);
+        const status = StatusSchema.safeParse(json);
+        const st = status.success ? status.data : undefined;
         if (accept.includes(res.status)) {
-          if (json === undefined) {
+          if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {
             throw new CniError(
               "protocol",
-              `${what}: Milo answered ${res.status} without a JSON body`,
+              `${what}: HTTP 404 that is not Milo's NotFound for ${name}`,
+              `is milo.url the Milo API base? ${st?.message ?? text.slice(0, 200)}`,
             );
           }
           return { status: res.status, body: json };
         }
-        const status = StatusSchema.safeParse(json);
-        const st = status.success ? status.data : undefined;
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st);
         last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
         const after = retryAfterMs(res.headers.get("retry-after"));

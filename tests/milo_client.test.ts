@@ -91,8 +91,8 @@ Deno.test("409 on create is reported as an existing name, not an error", async (
 Deno.test("GET and DELETE of a missing claim answer null / absent (404)", async () => {
   const nf = { status: 404, body: fixture("status-404-not-found.json") };
   const { client } = scripted([nf, nf]);
-  assert.equal(await client.getClaim("pod-x-v4"), null);
-  assert.equal(await client.deleteClaim("pod-x-v4"), "absent");
+  assert.equal(await client.getClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"), null);
+  assert.equal(await client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"), "absent");
 });
 
 Deno.test("DELETE answering the Releasing claim (200) counts as released", async () => {
@@ -202,4 +202,23 @@ Deno.test("Retry-After parses seconds and HTTP dates", () => {
   assert.equal(retryAfterMs("soon"), undefined);
   const d = retryAfterMs(new Date(Date.now() + 2000).toUTCString())!;
   assert.ok(d > 0 && d <= 2000);
+});
+
+Deno.test("a 404 that is not Milo's NotFound for the claim never counts as released", async () => {
+  const wrongPath = {
+    kind: "Status",
+    status: "Failure",
+    message: "the server could not find the requested resource",
+    reason: "NotFound",
+    details: {},
+    code: 404,
+  };
+  for (const body of [wrongPath, "<html>404</html>"]) {
+    const { client } = scripted([{ status: 404, body }]);
+    const err = await rejects(client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"));
+    assert.equal(err.code, 105);
+    assert.match(err.details, /milo\.url/);
+  }
+  const { client } = scripted([{ status: 404, body: fixture("status-404-not-found.json") }]);
+  assert.equal(await client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"), "absent");
 });
