@@ -5,6 +5,7 @@ import { parseNetConf } from "../lib/config.ts";
 import { CniError } from "../lib/errors.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
+import { grantsFor, launcherScript } from "../scripts/install.ts";
 
 const ipam = {
   type: "milo-ipam",
@@ -170,4 +171,42 @@ Deno.test("permission flags come from one list and grant only what is named", ()
   assert.ok(flags.includes("--allow-read=/a,/b"));
   assert.ok(flags.includes("--allow-write=/log"));
   assert.ok(!flags.some((f) => f === "--allow-all" || f === "-A" || f === "--allow-net"));
+});
+
+Deno.test("install grants come from every milo-ipam block of a conflist, for launcher and binary", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const plugin = (url: string, tokenFile: string) => ({
+      type: "bridge",
+      ipam: { type: "milo-ipam", milo: { url, tokenFile }, cluster: "c", classes: { ipv4: "x" } },
+    });
+    await Deno.writeTextFile(
+      `${dir}/net.conflist`,
+      JSON.stringify({
+        cniVersion: "1.0.0",
+        name: "n",
+        plugins: [
+          plugin("https://milo-a.example.com/base", "/run/a-token"),
+          plugin("http://127.0.0.1:8080", "/run/b-token"),
+          { type: "portmap" },
+        ],
+      }),
+    );
+    const g = await grantsFor({
+      dir: `${dir}/bin`,
+      config: `${dir}/net.conflist`,
+      nodeConfig: `${dir}/node.conf`,
+    });
+    assert.deepEqual(g.net.sort(), ["127.0.0.1:8080", "milo-a.example.com:443"]);
+    assert.ok(g.read.includes("/run/a-token") && g.read.includes("/run/b-token"));
+    assert.ok(g.read.includes(`${dir}/node.conf`));
+    assert.deepEqual([...new Set(g.write)].length, 2, "log file and reconcile state dir");
+    const flags = permissionFlags(g);
+    const script = launcherScript("/opt/deno", "/opt/milo-ipam.js", flags);
+    for (const f of flags) assert.ok(script.includes(`'${f}'`), f);
+    assert.match(script, /'run' '--no-config'.*'\/opt\/milo-ipam\.js' "\$@"/);
+    await assert.rejects(grantsFor({ dir, config: `${dir}/node.conf` }));
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
