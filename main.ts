@@ -29,7 +29,7 @@ const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
   GC: gc,
 };
 
-/** Extra time the watchdog allows past `timeouts.totalMs` before it ends the process. */
+/** Extra time the watchdog allows past `timeouts.totalMs` (counted from process start). */
 const WATCHDOG_GRACE_MS = 500;
 
 function print(value: unknown): void {
@@ -63,16 +63,16 @@ export async function runCni(): Promise<number> {
       ifname: cni.ifname || undefined,
     };
     requireVersion(conf.cniVersion, cni.command);
-    const deadline = Date.now() + cfg.timeouts.totalMs;
+    const deadline = performance.timeOrigin + cfg.timeouts.totalMs;
     const watchdog = setTimeout(() => {
       const e = new CniError(
         "transient",
         "invocation exceeded timeouts.totalMs",
-        `${cfg.timeouts.totalMs} ms`,
+        `${cfg.timeouts.totalMs} ms since the process started`,
       );
       print(encodeError(cniVersion, e));
       Deno.exit(1);
-    }, cfg.timeouts.totalMs + WATCHDOG_GRACE_MS);
+    }, Math.max(0, deadline + WATCHDOG_GRACE_MS - Date.now()));
     Deno.unrefTimer(watchdog);
     const node = cfg.node || env("NODE_NAME") || Deno.hostname();
     const milo = await MiloClient.open(cfg, deadline);

@@ -73,7 +73,7 @@ export async function grantsFor(o: InstallOptions): Promise<Grants> {
   const stateDir = dirname(resolve(o.stateFile ?? DEFAULT_STATE_FILE));
   const g: Grants = {
     net: [...(o.allowHosts ?? [])],
-    read: [nodePath, o.resultsDir ?? DEFAULT_RESULTS_DIR, stateDir],
+    read: [DEFAULT_NODE_CONFIG, nodePath, o.resultsDir ?? DEFAULT_RESULTS_DIR, stateDir],
     write: [stateDir],
   };
   if (o.config) g.read.push(resolve(o.config));
