@@ -1,6 +1,6 @@
 import { claimBody, holderOf, isHeldBy, leaseOf } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
-import { CniError, combineErrors, toCniError } from "./errors.ts";
+import { attemptAll, CniError, combineErrors, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 
@@ -15,19 +15,12 @@ export const add: Handler = async (inv) => {
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
   const leases = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
   if (failures.length) {
-    const rollback = await Promise.allSettled(leases.map((l) => inv.milo.deleteClaim(l.name)));
-    rollback.forEach((r, i) => {
-      if (r.status === "rejected") {
-        const e = toCniError(r.reason);
-        failures.push(
-          new CniError(
-            e.outcome,
-            `rollback of claim ${leases[i].name} failed: ${e.message}`,
-            e.details,
-          ),
-        );
-      }
-    });
+    const rollback = await attemptAll(
+      leases,
+      (l) => inv.milo.deleteClaim(l.name),
+      (l) => `rollback of claim ${l.name} failed`,
+    );
+    failures.push(...rollback.failures);
     throw combineErrors(failures);
   }
   return encodeResult(inv.conf.cniVersion, leases, inv.cfg.gateways);

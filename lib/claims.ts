@@ -153,6 +153,11 @@ export function holderOf(
   };
 }
 
+/** A set key for one attachment (container, interface) of a network. */
+export function attachmentKey(containerId?: string, ifname?: string): string {
+  return `${containerId}\u0000${ifname}`;
+}
+
 /** True when a claim was made by this exact cluster/container/interface. */
 export function isHeldBy(claim: IPClaim, a: Attachment): boolean {
   const h = holderOf(claim);

@@ -97,3 +97,20 @@ export async function settleAll<T>(tasks: Promise<T>[]): Promise<T[]> {
   if (errors.length) throw combineErrors(errors);
   return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
 }
+
+/** Runs `fn` on every item concurrently; returns the items done and each failure labelled. */
+export async function attemptAll<T>(
+  items: T[],
+  fn: (item: T) => Promise<unknown>,
+  label: (item: T) => string,
+): Promise<{ done: T[]; failures: CniError[] }> {
+  const settled = await Promise.allSettled(items.map(fn));
+  const done: T[] = [];
+  const failures: CniError[] = [];
+  settled.forEach((s, i) => {
+    if (s.status === "fulfilled") return void done.push(items[i]);
+    const e = toCniError(s.reason);
+    failures.push(new CniError(e.outcome, `${label(items[i])}: ${e.message}`, e.details));
+  });
+  return { done, failures };
+}

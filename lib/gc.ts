@@ -1,6 +1,6 @@
-import { holderOf, nodeSelector } from "./claims.ts";
+import { attachmentKey, holderOf, nodeSelector } from "./claims.ts";
 import { isPlainObject } from "./config.ts";
-import { CniError, combineErrors, toCniError } from "./errors.ts";
+import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import type { Handler } from "./invocation.ts";
 
 const DELETE_CONCURRENCY = 8;
@@ -17,32 +17,22 @@ export const gc: Handler = async (inv) => {
   const stale = claims.filter((c) => {
     const h = holderOf(c);
     return h.containerId !== undefined && h.ifname !== undefined &&
-      !valid.has(key(h.containerId, h.ifname));
+      !valid.has(attachmentKey(h.containerId, h.ifname));
   });
   const failures: CniError[] = [];
   for (let i = 0; i < stale.length; i += DELETE_CONCURRENCY) {
     const batch = stale.slice(i, i + DELETE_CONCURRENCY);
-    const results = await Promise.allSettled(
-      batch.map((c) => inv.milo.deleteClaim(c.metadata.name)),
+    const r = await attemptAll(
+      batch,
+      (c) => inv.milo.deleteClaim(c.metadata.name),
+      (c) => `release of ${c.metadata.name} failed`,
     );
-    results.forEach((r, j) => {
-      const name = batch[j].metadata.name;
-      if (r.status === "fulfilled") inv.touched.push(name);
-      else {
-        const e = toCniError(r.reason);
-        failures.push(
-          new CniError(e.outcome, `release of ${name} failed: ${e.message}`, e.details),
-        );
-      }
-    });
+    inv.touched.push(...r.done.map((c) => c.metadata.name));
+    failures.push(...r.failures);
   }
   if (failures.length) throw combineErrors(failures);
   return null;
 };
-
-function key(containerId: string, ifname: string): string {
-  return `${containerId}\u0000${ifname}`;
-}
 
 /** Parses `cni.dev/valid-attachments` into a set; missing or null is the empty list. */
 export function validAttachments(raw: unknown): Set<string> {
@@ -57,6 +47,6 @@ export function validAttachments(raw: unknown): Set<string> {
         `field cni.dev/valid-attachments.${i}: must have string containerID and ifname`,
       );
     }
-    return key(v.containerID, v.ifname);
+    return attachmentKey(v.containerID, v.ifname);
   }));
 }

@@ -8,7 +8,7 @@
  * still absent and unchanged when re-checked just before release.
  */
 import { parseArgs } from "node:util";
-import { holderOf, nodeSelector } from "./claims.ts";
+import { attachmentKey, holderOf, nodeSelector } from "./claims.ts";
 import {
   DEFAULT_RESULTS_DIR,
   isPlainObject,
@@ -89,8 +89,6 @@ async function writeState(path: string, state: State): Promise<void> {
   await Deno.rename(tmp, path);
 }
 
-const key = (containerId?: string, ifname?: string) => `${containerId}\u0000${ifname}`;
-
 /** Options of one reconcile run. */
 export interface ReconcileOptions {
   conf: NetConf;
@@ -119,7 +117,9 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   };
   try {
     const live = new Set(
-      (await readResultCache(o.resultsDir, network)).map((a) => key(a.containerId, a.ifname)),
+      (await readResultCache(o.resultsDir, network)).map((a) =>
+        attachmentKey(a.containerId, a.ifname)
+      ),
     );
     report.live = live.size;
     const claims = await milo.listClaims(await nodeSelector(cfg.cluster, o.node, network));
@@ -133,7 +133,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
         report.kept.push({ claim: name, reason: "no attachment recorded on the claim" });
         continue;
       }
-      if (live.has(key(h.containerId, h.ifname))) {
+      if (live.has(attachmentKey(h.containerId, h.ifname))) {
         report.kept.push({ claim: name, reason: "live attachment in the result cache" });
         continue;
       }
@@ -156,7 +156,11 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
         const h = holderOf(claim);
         const again = await readResultCache(o.resultsDir, network);
         const current = await milo.getClaim(name);
-        if (again.some((a) => key(a.containerId, a.ifname) === key(h.containerId, h.ifname))) {
+        if (
+          again.some((a) =>
+            attachmentKey(a.containerId, a.ifname) === attachmentKey(h.containerId, h.ifname)
+          )
+        ) {
           report.kept.push({ claim: name, reason: "attachment reappeared on re-check" });
           delete next[name];
           continue;
