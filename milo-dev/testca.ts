@@ -34,8 +34,11 @@ async function openssl(args: string[], cwd: string): Promise<void> {
   }
 }
 
-/** Writes a fresh CA, server certificate and client certificate into `dir`. */
-export async function makeTestCA(dir: string): Promise<TestCA> {
+/**
+ * Writes a fresh CA, server certificate and client certificate into `dir`.
+ * The server certificate names 127.0.0.1, ::1, localhost and any `extraIps`.
+ */
+export async function makeTestCA(dir: string, extraIps: string[] = []): Promise<TestCA> {
   await Deno.mkdir(dir, { recursive: true });
   const p = (name: string) => `${dir}/${name}`;
   const ext = p("server.ext");
@@ -45,7 +48,9 @@ export async function makeTestCA(dir: string): Promise<TestCA> {
       "basicConstraints=CA:FALSE",
       "keyUsage=digitalSignature,keyEncipherment",
       "extendedKeyUsage=serverAuth",
-      "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost",
+      `subjectAltName=${
+        ["127.0.0.1", "::1", ...extraIps].map((ip) => `IP:${ip}`).join(",")
+      },DNS:localhost`,
       "",
     ].join("\n"),
   );

@@ -7,6 +7,7 @@
  */
 import { Buffer } from "node:buffer";
 import { install } from "../../scripts/install.ts";
+import { makeTestCA } from "../../milo-dev/testca.ts";
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import type { AgentAnswer } from "./e2e_agent.ts";
 import {
@@ -17,7 +18,6 @@ import {
   delNetnsByPrefix,
   delStaleNetns,
   type Exec,
-  exec,
   execIn,
   linkVeth,
 } from "./netns.ts";
@@ -172,54 +172,6 @@ export async function pool<T>(
 /** Sleeps `ms`. */
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function openssl(args: string[], cwd: string): Promise<void> {
-  const r = await exec("openssl", args, { cwd });
-  if (r.code !== 0) throw new Error(`openssl ${args[0]}: ${r.stderr}`);
-}
-
-/** A throwaway CA and a server certificate for the given IP addresses. */
-export async function makeServerCA(
-  dir: string,
-  ips: string[],
-): Promise<{ caFile: string; certFile: string; keyFile: string }> {
-  await Deno.mkdir(dir, { recursive: true });
-  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-  await Deno.writeTextFile(
-    `${dir}/server.ext`,
-    "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n" +
-      `extendedKeyUsage=serverAuth\nsubjectAltName=${ips.map((i) => `IP:${i}`).join(",")}\n`,
-  );
-  await openssl(
-    ["req", "-x509", ...ec, "-days", "2", "-subj", "/CN=milo-ipam e2e CA"].concat(
-      ["-keyout", "ca.key", "-out", "ca.pem"],
-    ),
-    dir,
-  );
-  await openssl(
-    ["req", ...ec, "-subj", "/CN=milo-dev", "-keyout", "server.key", "-out", "server.csr"],
-    dir,
-  );
-  await openssl([
-    "x509",
-    "-req",
-    "-in",
-    "server.csr",
-    "-CA",
-    "ca.pem",
-    "-CAkey",
-    "ca.key",
-    "-CAcreateserial",
-    "-days",
-    "2",
-    "-extfile",
-    "server.ext",
-    "-out",
-    "server.pem",
-  ], dir);
-  return { caFile: `${dir}/ca.pem`, certFile: `${dir}/server.pem`, keyFile: `${dir}/server.key` };
-}
-
-/** Reads lines from a stream into a callback; resolves when the stream ends. */
 async function eachLine(stream: ReadableStream<Uint8Array>, fn: (line: string) => void) {
   let buf = "";
   try {
@@ -278,7 +230,7 @@ export class World {
     this.tokenFile = `${this.dir}/token`;
     await Deno.writeTextFile(this.tokenFile, TOKEN + "\n");
     await Deno.writeTextFile(`${this.dir}/seed.json`, JSON.stringify(SEED, null, 2));
-    const tls = await makeServerCA(`${this.dir}/tls`, [MILO_ADDR, "127.0.0.1"]);
+    const tls = await makeTestCA(`${this.dir}/tls`, [MILO_ADDR]);
     this.caFile = tls.caFile;
     this.#certFile = tls.certFile;
     this.#keyFile = tls.keyFile;
