@@ -211,7 +211,9 @@ export async function reconcileCli(args: string[]): Promise<number> {
       "usage: milo-ipam reconcile --config FILE [--results-dir DIR] [--state FILE] [--grace SECONDS] [--node NAME] [--dry-run]",
     );
   }
-  const text = await Deno.readTextFile(values.config);
+  const text = await Deno.readTextFile(values.config).catch((err) => {
+    throw new CniError("config", `cannot read --config ${values.config}`, errorText(err));
+  });
   if (text.length > MAX_STDIN_BYTES) throw new CniError("config", `${values.config} is too large`);
   const conf = parseNetConf(
     networkOf(text, values.config),
