@@ -222,12 +222,7 @@ export class Ipam {
     return {
       apiVersion: API_VERSION,
       kind: "IPClass",
-      metadata: {
-        name: r.name,
-        uid: r.uid,
-        resourceVersion: String(r.rv),
-        creationTimestamp: r.created,
-      },
+      metadata: objectMeta(r),
       spec: JSON.parse(r.spec),
       status: { phase: "Ready", poolNames: pools },
     };
@@ -298,12 +293,7 @@ export class Ipam {
     return {
       apiVersion: API_VERSION,
       kind: "IPPool",
-      metadata: {
-        name: r.name,
-        uid: r.uid,
-        resourceVersion: String(r.rv),
-        creationTimestamp: r.created,
-      },
+      metadata: objectMeta(r),
       spec: JSON.parse(r.spec),
       status: {
         phase: "Ready",
@@ -346,13 +336,7 @@ export class Ipam {
 
   /** The wire object of a stored claim. */
   claimObject(r: ClaimRow, phase = r.phase, rv = r.rv): Obj {
-    const metadata: Obj = {
-      name: r.name,
-      namespace: r.namespace,
-      uid: r.uid,
-      resourceVersion: String(rv),
-      creationTimestamp: r.created,
-    };
+    const metadata = objectMeta({ ...r, rv });
     const labels = JSON.parse(r.labels);
     const annotations = JSON.parse(r.annotations);
     if (Object.keys(labels).length) metadata.labels = labels;
@@ -791,13 +775,7 @@ export class Ipam {
   // ---- IPAllocation -----------------------------------------------------
 
   #allocationObject(r: AllocationRow): Obj {
-    const metadata: Obj = {
-      name: r.name,
-      namespace: r.namespace,
-      uid: r.uid,
-      resourceVersion: String(r.rv),
-      creationTimestamp: r.created,
-    };
+    const metadata = objectMeta(r);
     const labels = JSON.parse(r.labels);
     if (Object.keys(labels).length) metadata.labels = labels;
     if (r.claim_name && r.phase === "Allocated") {
@@ -852,4 +830,17 @@ export class Ipam {
         )) as unknown as AllocationRow[];
     return rows.map((r) => this.#allocationObject(r));
   }
+}
+
+/** `metadata` of a stored object (namespace only for namespaced rows). */
+function objectMeta(
+  r: { name: string; namespace?: string; uid: string; rv: number; created: string },
+): Obj {
+  return {
+    name: r.name,
+    ...(r.namespace === undefined ? {} : { namespace: r.namespace }),
+    uid: r.uid,
+    resourceVersion: String(r.rv),
+    creationTimestamp: r.created,
+  };
 }
