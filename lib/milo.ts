@@ -240,7 +240,7 @@ export class MiloClient {
           );
         }
         last = isTimeout(err)
-          ? `request timed out after ${Math.min(o.requestMs, remaining)} ms`
+          ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
           : errorText(err);
       }
       if (attempt === MAX_ATTEMPTS || Date.now() + wait >= o.deadline) break;
