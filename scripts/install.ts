@@ -133,7 +133,6 @@ export function launcherScript(deno: string, bundle: string, flags: string[]): s
     "--no-lock",
     "--no-remote",
     "--no-npm",
-    "--no-code-cache",
     ...flags,
     bundle,
   ];
