@@ -56,21 +56,32 @@ export async function readResultCache(dir: string, network: string): Promise<Cac
   }
   for (const e of entries) {
     if (!e.isFile || !e.name.startsWith(`${network}-`)) continue;
-    let doc: unknown;
-    try {
-      doc = JSON.parse(await Deno.readTextFile(`${dir}/${e.name}`));
-    } catch (err) {
-      if (err instanceof Deno.errors.NotFound) continue;
-      throw new CniError("io", `cannot read result cache entry ${e.name}`, errorText(err));
-    }
-    if (
-      isPlainObject(doc) && doc.networkName === network && typeof doc.containerId === "string" &&
-      typeof doc.ifName === "string"
-    ) {
-      out.push({ network, containerId: doc.containerId, ifname: doc.ifName });
-    }
+    const entry = await readCacheEntry(dir, e.name, network);
+    if (entry) out.push(entry);
   }
   return out;
+}
+
+/** One libcni cache file as an attachment of `network`, or null if absent or not one. */
+async function readCacheEntry(
+  dir: string,
+  file: string,
+  network: string,
+): Promise<CachedAttachment | null> {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(await Deno.readTextFile(`${dir}/${file}`));
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return null;
+    throw new CniError("io", `cannot read result cache entry ${file}`, errorText(err));
+  }
+  if (
+    isPlainObject(doc) && doc.networkName === network && typeof doc.containerId === "string" &&
+    typeof doc.ifName === "string"
+  ) {
+    return { network, containerId: doc.containerId, ifname: doc.ifName };
+  }
+  return null;
 }
 
 async function readState(path: string): Promise<State> {
@@ -154,13 +165,13 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
       const name = claim.metadata.name;
       try {
         const h = holderOf(claim);
-        const again = await readResultCache(o.resultsDir, network);
+        const again = await readCacheEntry(
+          o.resultsDir,
+          `${network}-${h.containerId}-${h.ifname}`,
+          network,
+        );
         const current = await milo.getClaim(name);
-        if (
-          again.some((a) =>
-            attachmentKey(a.containerId, a.ifname) === attachmentKey(h.containerId, h.ifname)
-          )
-        ) {
+        if (again && again.containerId === h.containerId && again.ifname === h.ifname) {
           report.kept.push({ claim: name, reason: "attachment reappeared on re-check" });
           delete next[name];
           continue;
