@@ -207,8 +207,7 @@ export class MiloClient {
         });
         const text = await res.text();
         const json = parseJson(text);
-        const status = StatusSchema.safeParse(json);
-        const st = status.success ? status.data : undefined;
+        const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
           if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {
             throw new CniError(
@@ -272,6 +271,11 @@ async function readConfigFile(field: string, path: string): Promise<string> {
     }
     throw new CniError("config", `field ipam.${field}: cannot read ${path}`, errorText(err));
   }
+}
+
+function statusOf(json: unknown): MiloStatus | undefined {
+  const r = StatusSchema.safeParse(json);
+  return r.success ? r.data : undefined;
 }
 
 function parseJson(text: string): unknown {
