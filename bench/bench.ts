@@ -367,6 +367,7 @@ async function main(): Promise<void> {
         caFile,
         cluster,
         classes: { ...BENCH_CLASSES },
+        nodeConfig: { timeouts: { requestMs: 2_000, totalMs: 10_000 } },
       });
       cleanups.push(() => p.cleanup());
       return p;
@@ -375,8 +376,7 @@ async function main(): Promise<void> {
     const b = await mk(tls.url, tls.caFile, "cluster-b");
     const h = await mk(http.url, undefined, "cluster-a");
     say(`installed ${a.installed.kind}: ${a.installed.path}`);
-    // Production timeouts (the test helper's are tighter): drop the override.
-    const confOf = (p: TestPlugin) => p.netConf({ timeouts: undefined, log: { file: p.logFile } });
+    const confOf = (p: TestPlugin) => p.netConf();
     const confA = confOf(a), confB = confOf(b), confH = confOf(h);
     const bundle = join(dirname(a.installed.path), ".milo-ipam/milo-ipam.js");
     const bundleBytes = (await Deno.stat(bundle).catch(() => ({ size: 0 }))).size;

@@ -97,27 +97,30 @@ async function main(): Promise<PhaseSample> {
       import("../lib/log.ts"),
       import("../lib/milo.ts"),
       import("../lib/stdin.ts"),
+      import("../lib/journal.ts"),
     ])
   );
-  const [{ add }, { attachmentOf }, { readCniEnv }, config, { Logger }, milo, { readStdin }] = mods;
+  const [
+    { add },
+    { attachmentOf },
+    { readCniEnv },
+    config,
+    { Logger },
+    milo,
+    { decodeStdin, readStdinBytes },
+    { Journal },
+  ] = mods;
 
-  const [stdin, stdinRead] = await timed(() => readStdin(config.MAX_STDIN_BYTES));
+  const [stdin, stdinRead] = await timed(async () => decodeStdin(await readStdinBytes()));
   const env = (k: string) => Deno.env.get(k);
-  const [node, nodeConfigRead] = await timed(() => config.readNodeConfig(env("MILO_IPAM_CONFIG")));
-  const [conf, configParse] = await timed(() => config.parseNetConf(stdin, node));
-  const cfg = conf.ipam;
+  const [node, nodeConfigRead] = await timed(() => config.readNodeConfig(env));
+  const [conf, configParse] = await timed(() => config.parseNetConf(stdin, node, "ADD"));
   const [attachment, envAndIdentity] = await timed(() => {
     const cni = readCniEnv(env);
-    return attachmentOf(cfg, cfg.node ?? "bench-node", conf.name, cni, conf);
+    return attachmentOf(node, conf, cni);
   });
-  const [token, tokenRead] = await timed(async () =>
-    (await Deno.readTextFile(cfg.milo.tokenFile)).trim()
-  );
-  const [client, tlsClientCreate] = await timed(async () =>
-    cfg.milo.caFile
-      ? Deno.createHttpClient({ caCerts: [await Deno.readTextFile(cfg.milo.caFile)] })
-      : undefined
-  );
+  const [token, tokenRead] = await timed(() => milo.readToken(node));
+  const [client, tlsClientCreate] = await timed(() => milo.httpClientFor(node));
 
   const traces: Trace[] = [];
   const tracingFetch: typeof fetch = async (input, init) => {
@@ -130,19 +133,27 @@ async function main(): Promise<PhaseSample> {
     return new Response(body, { status: res.status, headers: res.headers });
   };
   const mc = new milo.MiloClient({
-    baseUrl: cfg.milo.url.replace(/\/+$/, ""),
-    namespace: cfg.milo.namespace,
+    baseUrl: node.milo.url.replace(/\/+$/, ""),
+    namespace: node.milo.namespace,
     token,
-    requestMs: cfg.timeouts.requestMs,
-    deadline: Date.now() + cfg.timeouts.totalMs,
+    requestMs: conf.network.timeouts.requestMs,
+    deadline: Date.now() + conf.network.timeouts.totalMs,
     client,
     fetch: tracingFetch,
   });
   const cni = readCniEnv(env);
-  const touched: string[] = [];
   const c1 = cpuUsage();
   const handlerStart = performance.now();
-  const result = await add({ env: cni, conf, cfg, attachment, milo: mc, touched });
+  const { output: result, claims: touched } = await add({
+    env: cni,
+    conf,
+    node,
+    attachment,
+    milo: mc,
+    rollback: mc,
+    journal: new Journal(node.stateDir),
+    now: Date.now,
+  });
   const handlerEnd = performance.now();
   const handlerCpu = cpuMs(cpuUsage(c1));
   if (!traces.length) throw new Error("the ADD sent no request");
@@ -158,7 +169,7 @@ async function main(): Promise<PhaseSample> {
   });
   const logger = new Logger();
   const [, logWrite] = await timed(() => {
-    logger.configure(cfg.log.file, cfg.log.level);
+    logger.configure(node.log.file, node.log.level);
     return logger.write("info", {
       verb: "ADD",
       containerId: cni.containerId,

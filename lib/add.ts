@@ -1,78 +1,124 @@
 import { claimBody, holderOf, isHeldBy, leaseOf } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
-import { attemptAll, CniError, combineErrors, toCniError } from "./errors.ts";
+import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
-import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import type { IPClaim } from "./milo.ts";
+
+/** A lease this ADD holds: the claim's name and uid besides the address. */
+type Held = Lease & { name: string; uid?: string };
 
 /**
  * ADD: lease one address per configured family from Milo. Retries of the same
- * attachment find their own claim (409 then GET); a failure in one family
- * releases the other before the error is returned.
+ * attachment find their own claim (409 then GET). A failure in one family
+ * releases the other within the reserved rollback slice of `totalMs`; what
+ * the rollback did is part of the error.
  */
 export const add: Handler = async (inv) => {
-  const families = familiesOf(inv.cfg);
-  const settled = await Promise.allSettled(families.map((f) => leaseFamily(inv, f)));
+  await inv.journal.drop(inv.attachment);
+  const families = familiesOf(inv.conf.network);
+  const [settled, claims] = await Promise.all([
+    Promise.allSettled(families.map((f) => leaseFamily(inv, f))),
+    claimNamesOf(inv),
+  ]);
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
-  const leases = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
+  const held = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
   if (failures.length) {
-    const rollback = await attemptAll(
-      leases,
-      (l) => inv.milo.deleteClaim(l.name),
-      (l) => `rollback of claim ${l.name} failed`,
-    );
-    failures.push(...rollback.failures);
-    throw combineErrors(failures);
+    const e = combineErrors(failures);
+    if (!held.length) throw e;
+    const notes = await Promise.all(held.map((h) => rollBack(inv, h, e.message)));
+    throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
   }
-  return encodeResult(inv.conf.cniVersion, leases, inv.cfg.gateways);
+  return {
+    output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
+    claims,
+  };
 };
 
-async function leaseFamily(inv: Invocation, family: Family): Promise<Lease & { name: string }> {
-  const body = await claimBody(inv.cfg, inv.attachment, family);
+async function leaseFamily(inv: Invocation, family: Family): Promise<Held> {
+  const net = inv.conf.network;
+  const body = await claimBody(inv.node.milo.namespace, net, inv.attachment, family);
   const name = (body.metadata as { name: string }).name;
-  inv.touched.push(name);
-  const className = inv.cfg.classes[family];
-  let claim = await inv.milo.createClaim(body);
-  if (!claim) {
-    claim = await inv.milo.getClaim(name);
-    if (!claim) {
-      throw new CniError(
-        "transient",
-        `claim ${name} vanished between create and read`,
-        "retry the ADD",
-      );
-    }
-    if (!isHeldBy(claim, inv.attachment)) {
-      const h = holderOf(claim);
-      throw new CniError(
-        "conflict",
-        `claim ${name} exists and is held by another attachment`,
-        `held by cluster=${h.cluster ?? "?"} container=${h.containerId ?? "?"} ifname=${
-          h.ifname ?? "?"
-        }`,
-      );
-    }
-    if (claim.spec.className !== className) {
-      throw new CniError(
-        "conflict",
-        `claim ${name} of this attachment has class ${
-          claim.spec.className ?? "(none)"
-        }, config says ${className}`,
-        "DEL the attachment before changing its classes",
-      );
-    }
-  }
+  const created = await inv.milo.createClaim(body);
+  const claim = created ?? await ownExisting(inv, name, net.classes[family]!);
   const phase = claim.status.phase;
   if (phase !== "Bound") {
     const outcome = phase === "Releasing" || phase === "Pending" ? "transient" : "rejected";
     throw new CniError(outcome, `claim ${name} is ${phase ?? "without a phase"}, not Bound`);
   }
-  const cidr = leaseOf(claim, family);
-  if (!cidr) {
+  try {
+    return {
+      family,
+      cidr: leaseOf(claim, family, net.prefixLengths),
+      name,
+      uid: claim.metadata.uid,
+    };
+  } catch (err) {
+    const e = toCniError(err);
+    const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message);
+    throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
+  }
+}
+
+/** The claim `name` that already exists, if it is this attachment's own with the right class. */
+async function ownExisting(inv: Invocation, name: string, className: string): Promise<IPClaim> {
+  const claim = await inv.milo.getClaim(name);
+  if (!claim) {
     throw new CniError(
-      "protocol",
-      `claim ${name} is Bound without an ${miloFamily(family)} address`,
-      JSON.stringify(claim.status),
+      "transient",
+      `claim ${name} vanished between create and read`,
+      "retry the ADD",
     );
   }
-  return { family, cidr, name };
+  if (!isHeldBy(claim, inv.attachment)) {
+    const h = holderOf(claim);
+    throw new CniError(
+      "conflict",
+      `claim ${name} exists and is held by another attachment`,
+      `held by cluster=${h.cluster ?? "?"} container=${h.containerId ?? "?"} ifname=${
+        h.ifname ?? "?"
+      }`,
+    );
+  }
+  if (claim.spec.className !== className) {
+    throw new CniError(
+      "conflict",
+      `claim ${name} of this attachment has class ${
+        claim.spec.className ?? "(none)"
+      }, config says ${className}`,
+      "DEL the attachment before changing its classes",
+    );
+  }
+  return claim;
+}
+
+/**
+ * Releases a claim this ADD holds, within the rollback slice, and only while
+ * it is the same object (uid). A failed rollback goes to the release journal.
+ * Answers a note for the error's details.
+ */
+async function rollBack(
+  inv: Invocation,
+  h: Pick<Held, "family" | "name" | "uid">,
+  cause: string,
+): Promise<string> {
+  const what = `${miloFamily(h.family)} claim ${h.name}`;
+  try {
+    const r = h.uid
+      ? await inv.rollback.releaseClaim(h.name, h.uid)
+      : await inv.rollback.deleteClaim(h.name);
+    return r === "changed"
+      ? `rollback: ${what} is now another object; left alone`
+      : `rollback: ${what} released`;
+  } catch (err) {
+    const e = toCniError(err);
+    try {
+      await inv.journal.record(inv.attachment, [{ name: h.name, uid: h.uid }], cause);
+      return `rollback of ${what} failed (${e.message}); journaled for release by reconcile`;
+    } catch (jerr) {
+      return `rollback of ${what} failed (${e.message}) and could not be journaled (${
+        errorText(jerr)
+      })`;
+    }
+  }
 }

@@ -1,7 +1,6 @@
 import { claimName, holderOf, isHeldBy, leaseOf } from "./claims.ts";
-import { isPlainObject } from "./config.ts";
 import { CniError, settleAll } from "./errors.ts";
-import { type Cidr, type Family, formatCidr, miloFamily, parseCidr } from "./ip.ts";
+import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 
 /**
@@ -9,18 +8,12 @@ import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
  * attachment, and lease the address that `prevResult` reports.
  */
 export const check: Handler = async (inv) => {
-  const previous = prevAddresses(inv.conf.prevResult);
-  await settleAll(familiesOf(inv.cfg).map((f) => checkFamily(inv, f, previous)));
-  return null;
+  const claims = await settleAll(familiesOf(inv.conf.network).map((f) => checkFamily(inv, f)));
+  return { claims };
 };
 
-async function checkFamily(
-  inv: Invocation,
-  family: Family,
-  previous: Map<Family, Cidr[]> | undefined,
-): Promise<void> {
+async function checkFamily(inv: Invocation, family: Family): Promise<string> {
   const name = await claimName(inv.attachment, family);
-  inv.touched.push(name);
   const fam = miloFamily(family);
   const claim = await inv.milo.getClaim(name);
   if (!claim) throw new CniError("check", `no ${fam} lease in Milo: claim ${name} is missing`);
@@ -38,36 +31,16 @@ async function checkFamily(
       `${fam} claim ${name} is ${claim.status.phase ?? "without a phase"}, not Bound`,
     );
   }
-  const held = leaseOf(claim, family);
-  if (!held) throw new CniError("check", `${fam} claim ${name} holds no ${fam} address`);
-  if (!previous) return;
+  const held = formatCidr(leaseOf(claim, family, inv.conf.network.prefixLengths));
+  const previous = inv.conf.prevResult;
+  if (!previous) return name;
   const reported = previous.get(family) ?? [];
-  const milo = formatCidr(held);
-  if (!reported.some((c) => formatCidr(c) === milo)) {
+  if (!reported.some((c) => formatCidr(c) === held)) {
     const prev = reported.length ? reported.map(formatCidr).join(", ") : "none";
     throw new CniError(
       "check",
-      `${fam} address differs: prevResult has ${prev}, Milo's claim ${name} holds ${milo}`,
+      `${fam} address differs: prevResult has ${prev}, Milo's claim ${name} holds ${held}`,
     );
   }
-}
-
-/** The addresses of `prevResult` by family, or undefined when there is no prevResult. */
-export function prevAddresses(prev: unknown): Map<Family, Cidr[]> | undefined {
-  if (prev === undefined || prev === null) return undefined;
-  if (!isPlainObject(prev) || (prev.ips !== undefined && !Array.isArray(prev.ips))) {
-    throw new CniError("config", "field prevResult: must be an object with an ips list");
-  }
-  const out = new Map<Family, Cidr[]>();
-  for (const [i, ip] of ((prev.ips ?? []) as unknown[]).entries()) {
-    const cidr = isPlainObject(ip) && typeof ip.address === "string" ? parseCidr(ip.address) : null;
-    if (!cidr) {
-      throw new CniError(
-        "config",
-        `field prevResult.ips.${i}.address: must be an IP address in CIDR form`,
-      );
-    }
-    out.set(cidr.family, [...(out.get(cidr.family) ?? []), cidr]);
-  }
-  return out;
+  return name;
 }

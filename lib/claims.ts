@@ -1,6 +1,16 @@
-import type { IpamConfig } from "./config.ts";
 import type { CniEnv } from "./cni.ts";
-import { type Cidr, type Family, miloFamily, parseCidr } from "./ip.ts";
+import type { NetConf, NetworkConfig, NodeConfig } from "./config.ts";
+import { clip, CniError } from "./errors.ts";
+import {
+  type Cidr,
+  cidrContains,
+  type Family,
+  formatCidr,
+  isNetworkAddress,
+  miloFamily,
+  parseCidr,
+  specialUse,
+} from "./ip.ts";
 import type { IPClaim } from "./milo.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
@@ -37,24 +47,18 @@ export interface Attachment {
 }
 
 /** Builds the attachment identity of an invocation. */
-export function attachmentOf(
-  cfg: IpamConfig,
-  node: string,
-  network: string,
-  env: CniEnv,
-  extra: { vpc?: string; vpcattachment?: string },
-): Attachment {
+export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Attachment {
   return {
-    cluster: cfg.cluster,
-    node,
-    network,
+    cluster: node.cluster,
+    node: node.node,
+    network: conf.name,
     containerId: env.containerId,
     ifname: env.ifname,
     podNamespace: env.args.K8S_POD_NAMESPACE || undefined,
     podName: env.args.K8S_POD_NAME || undefined,
     podUid: env.args.K8S_POD_UID || undefined,
-    vpc: extra.vpc,
-    vpcattachment: extra.vpcattachment,
+    vpc: conf.vpc,
+    vpcattachment: conf.vpcattachment,
   };
 }
 
@@ -83,14 +87,20 @@ export async function labelValue(value: string): Promise<string> {
   return `sha256-${(await sha256Hex(value)).slice(0, 48)}`;
 }
 
-/** Label selector for this node's claims of one network in one cluster. */
+/** Label selector for this node's claims in one cluster, of one network when given. */
 export async function nodeSelector(
   cluster: string,
   node: string,
-  network: string,
+  network?: string,
 ): Promise<string> {
-  const [c, n, w] = await Promise.all([cluster, node, network].map(labelValue));
-  return `${KEYS.cluster}=${c},${KEYS.node}=${n},${KEYS.network}=${w}`;
+  const [c, n] = await Promise.all([cluster, node].map(labelValue));
+  const sel = `${KEYS.cluster}=${c},${KEYS.node}=${n}`;
+  return network === undefined ? sel : `${sel},${KEYS.network}=${await labelValue(network)}`;
+}
+
+/** Label selector for every claim of one cluster. */
+export async function clusterSelector(cluster: string): Promise<string> {
+  return `${KEYS.cluster}=${await labelValue(cluster)}`;
 }
 
 /** Labels and annotations recording who holds a lease. */
@@ -123,7 +133,8 @@ export async function ownership(
 
 /** The IPClaim create body for one family. */
 export async function claimBody(
-  cfg: IpamConfig,
+  namespace: string,
+  net: NetworkConfig,
   a: Attachment,
   family: Family,
 ): Promise<Record<string, unknown>> {
@@ -131,31 +142,39 @@ export async function claimBody(
   return {
     apiVersion: "ipam.miloapis.com/v1alpha1",
     kind: "IPClaim",
-    metadata: { name, namespace: cfg.milo.namespace, ...meta },
+    metadata: { name, namespace, ...meta },
     spec: {
-      className: cfg.classes[family],
+      className: net.classes[family],
       ipFamily: miloFamily(family),
-      ...(cfg.scope ? { scope: cfg.scope } : {}),
-      reclaimPolicy: cfg.reclaimPolicy,
+      ...(net.scope ? { scope: net.scope } : {}),
+      reclaimPolicy: net.reclaimPolicy,
     },
   };
 }
 
-/** The attachment (container, interface) recorded on a claim, if any. */
-export function holderOf(
-  claim: IPClaim,
-): { cluster?: string; containerId?: string; ifname?: string } {
+/** Who a claim records as its holder (from its annotations). */
+export interface Holder {
+  cluster?: string;
+  node?: string;
+  network?: string;
+  containerId?: string;
+  ifname?: string;
+  pod?: string;
+  podUid?: string;
+}
+
+/** The holder recorded on a claim. */
+export function holderOf(claim: IPClaim): Holder {
   const ann = claim.metadata.annotations ?? {};
   return {
     cluster: ann[KEYS.cluster],
+    node: ann[KEYS.node],
+    network: ann[KEYS.network],
     containerId: ann[KEYS.containerId],
     ifname: ann[KEYS.ifname],
+    pod: ann[KEYS.pod],
+    podUid: ann[KEYS.podUid],
   };
-}
-
-/** A set key for one attachment (container, interface) of a network. */
-export function attachmentKey(containerId?: string, ifname?: string): string {
-  return `${containerId}\u0000${ifname}`;
 }
 
 /** True when a claim was made by this exact cluster/container/interface. */
@@ -164,17 +183,46 @@ export function isHeldBy(claim: IPClaim, a: Attachment): boolean {
   return h.cluster === a.cluster && h.containerId === a.containerId && h.ifname === a.ifname;
 }
 
+/** Prefix lengths a class may hand out per family when the network does not pin one. */
+const HOST_OR_BLOCK: Record<Family, number[]> = { ipv4: [32], ipv6: [128, 96] };
+
 /**
  * The address a bound claim leases, in result form: IPv4 as /32, IPv6 with the
- * prefix length Milo allocated (/128, or a block such as /96). Null when the
- * claim carries no usable address of the family.
+ * prefix length Milo allocated (/128, or a block such as /96). Anything else
+ * Milo might answer (a wrong family or prefix length, an address outside the
+ * CIDR, an unspecified, loopback, link-local or multicast address) is a
+ * protocol error (105) that quotes what Milo answered.
  */
-export function leaseOf(claim: IPClaim, family: Family): Cidr | null {
+export function leaseOf(
+  claim: IPClaim,
+  family: Family,
+  pinned: Partial<Record<Family, number>> = {},
+): Cidr {
   const st = claim.status;
+  const unusable = (why: string) =>
+    new CniError(
+      "protocol",
+      `claim ${claim.metadata.name}: Milo answered an unusable ${miloFamily(family)} lease: ${why}`,
+      `status.allocatedCIDR=${JSON.stringify(clip(st.allocatedCIDR ?? "", 60))} ` +
+        `status.address=${JSON.stringify(clip(st.address ?? "", 60))}`,
+    );
   const block = st.allocatedCIDR ? parseCidr(st.allocatedCIDR) : null;
-  const single = st.address ? parseCidr(st.address) : null;
-  const picked = single ?? block;
-  if (!picked || picked.family !== family) return null;
-  if (family === "ipv4") return { ...picked, prefix: 32 };
-  return single && block ? { ...single, prefix: block.prefix } : picked;
+  if (!block) throw unusable("status.allocatedCIDR is missing or not a CIDR");
+  if (block.family !== family) throw unusable(`${formatCidr(block)} is not ${miloFamily(family)}`);
+  const lengths = pinned[family] ? [pinned[family]] : HOST_OR_BLOCK[family];
+  if (!lengths.includes(block.prefix)) {
+    throw unusable(`prefix /${block.prefix} is not the class's /${lengths.join(" or /")}`);
+  }
+  if (!isNetworkAddress(block)) throw unusable(`${formatCidr(block)} has host bits set`);
+  let picked: Cidr = block;
+  if (st.address) {
+    const single = parseCidr(st.address);
+    if (!single || single.family !== family || !cidrContains(block, single)) {
+      throw unusable(`status.address is not an address inside ${formatCidr(block)}`);
+    }
+    picked = { ...single, prefix: block.prefix };
+  }
+  const special = specialUse(picked);
+  if (special) throw unusable(`${picked.ip} is a ${special} address`);
+  return picked;
 }

@@ -1,6 +1,14 @@
 import { CniError } from "./errors.ts";
 import { type Cidr, FAMILIES, type Family, formatCidr } from "./ip.ts";
 
+/** Longest value milo-ipam copies into a claim's annotations (a Kubernetes name's limit). */
+export const MAX_VALUE_CHARS = 253;
+
+/** True for a non-null, non-array object. */
+export function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
 /** CNI spec versions this plugin speaks, oldest first. */
 export const SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] as const;
 
@@ -77,6 +85,9 @@ export function parseCniArgs(text: string | undefined): Record<string, string> {
   return out;
 }
 
+/** CNI_ARGS keys copied into a claim's labels and annotations. */
+const RECORDED_ARGS = ["K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID"];
+
 const CONTAINER_ID = /^[A-Za-z0-9][A-Za-z0-9_.\-]*$/;
 
 /** Validates `CNI_COMMAND`. */
@@ -101,8 +112,12 @@ export function readCniEnv(get: (name: string) => string | undefined): CniEnv {
     return v;
   };
   const containerId = need("CNI_CONTAINERID", perAttachment);
-  if (containerId && !CONTAINER_ID.test(containerId)) {
-    throw new CniError("env", "CNI_CONTAINERID is invalid", "must be alphanumeric plus _ . -");
+  if (containerId && (!CONTAINER_ID.test(containerId) || containerId.length > MAX_VALUE_CHARS)) {
+    throw new CniError(
+      "env",
+      "CNI_CONTAINERID is invalid",
+      `must be alphanumeric plus _ . -, at most ${MAX_VALUE_CHARS} characters`,
+    );
   }
   const ifname = need("CNI_IFNAME", perAttachment);
   if (
@@ -114,12 +129,22 @@ export function readCniEnv(get: (name: string) => string | undefined): CniEnv {
       "at most 15 characters, no whitespace, / or :",
     );
   }
+  const args = parseCniArgs(get("CNI_ARGS"));
+  for (const k of RECORDED_ARGS) {
+    if ((args[k]?.length ?? 0) > MAX_VALUE_CHARS) {
+      throw new CniError(
+        "env",
+        `CNI_ARGS ${k} is too long`,
+        `at most ${MAX_VALUE_CHARS} characters`,
+      );
+    }
+  }
   return {
     command: verb,
     containerId,
     netns: need("CNI_NETNS", verb === "ADD" || verb === "CHECK"),
     ifname,
-    args: parseCniArgs(get("CNI_ARGS")),
+    args,
   };
 }
 

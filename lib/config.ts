@@ -1,92 +1,51 @@
+/**
+ * milo-ipam's configuration: one zod schema in two parts.
+ *
+ * The **node config** is root's file on the node: Milo endpoint and
+ * credentials, cluster, node, log, state paths, agent and GC settings, and the
+ * timeouts every network is held to. The **network config** (the master's
+ * `ipam` block, written by namespace users through a NetworkAttachmentDefinition)
+ * may choose only per-network things; the node config may give their defaults.
+ */
 import * as z from "zod/mini";
+import { isPlainObject, MAX_VALUE_CHARS, requireVersion, type Verb } from "./cni.ts";
 import { CniError } from "./errors.ts";
-import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
+import {
+  DEFAULT_AGENT_SOCKET,
+  DEFAULT_NODE_CONFIG,
+  LEGACY_NODE_CONFIG,
+  nodeConfigPath,
+  type NodeConfigSource,
+} from "./paths.ts";
+import { type Cidr, type Family, isLoopbackHost, parseCidr, parseIp } from "./ip.ts";
 
-/** Default path of the node-level config file; `MILO_IPAM_CONFIG` overrides it. */
-export const DEFAULT_NODE_CONFIG = "/etc/cni/net.d/milo-ipam.conf";
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam.log";
 /** Default result cache directory of the container runtime (libcni layout). */
 export const DEFAULT_RESULTS_DIR = "/var/lib/cni/results";
-/** Largest network config accepted on stdin. */
-export const MAX_STDIN_BYTES = 1024 * 1024;
+/** Default directory of milo-ipam's own node state (reconcile state, release journal). */
+export const DEFAULT_STATE_DIR = "/var/lib/milo-ipam";
 
 const nonEmpty = z.string().check(z.minLength(1, "must be a non-empty string"));
-const ms = (min: number, max: number, dflt: number) =>
-  z._default(
-    z.int().check(
-      z.minimum(min, `must be at least ${min}`),
-      z.maximum(max, `must be at most ${max}`),
-    ),
-    dflt,
+const bounded = nonEmpty.check(
+  z.maxLength(MAX_VALUE_CHARS, `must be at most ${MAX_VALUE_CHARS} characters`),
+);
+const path = nonEmpty.check(z.refine((s) => s.startsWith("/"), "must be an absolute path"));
+const int = (min: number, max: number) =>
+  z.int().check(
+    z.minimum(min, `must be at least ${min}`),
+    z.maximum(max, `must be at most ${max}`),
   );
-const gateway = (family: Family) =>
-  z.optional(
-    nonEmpty.check(
-      z.refine((s) => parseIp(s)?.family === family, `must be an ${family} address`),
-    ),
-  );
-const scopeRef = z.object({
-  apiGroup: nonEmpty,
-  kind: nonEmpty,
-  name: nonEmpty,
-  uid: z.optional(nonEmpty),
-});
+const withDefault = <T extends z.ZodMiniType>(schema: T, value: z.infer<T>) =>
+  z._default(schema, value as never);
 
-/** The one schema of milo-ipam's configuration (the merged `ipam` block). */
-export const IpamConfigSchema = z.object({
-  type: z.literal("milo-ipam"),
-  milo: z.object({
-    url: nonEmpty.check(
-      z.refine(isAllowedUrl, "must be an https:// URL (http:// only for loopback)"),
-    ),
-    namespace: z._default(nonEmpty, "default"),
-    tokenFile: nonEmpty,
-    caFile: z.optional(nonEmpty),
-    certFile: z.optional(nonEmpty),
-    keyFile: z.optional(nonEmpty),
-  }).check(z.refine(
-    (m) => !m.certFile === !m.keyFile,
-    "certFile and keyFile must be given together",
-  )),
-  cluster: nonEmpty,
-  node: z.optional(nonEmpty),
-  classes: z.object({ ipv4: z.optional(nonEmpty), ipv6: z.optional(nonEmpty) }).check(
-    z.refine((c) => !!(c.ipv4 || c.ipv6), "at least one of ipv4 and ipv6 is required"),
-  ),
-  scope: z.optional(z.record(nonEmpty, scopeRef)),
-  gateways: z._default(z.object({ ipv4: gateway("ipv4"), ipv6: gateway("ipv6") }), {}),
-  timeouts: z._default(
-    z.object({ requestMs: ms(50, 60_000, 2_000), totalMs: ms(100, 300_000, 10_000) }).check(
-      z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs"),
-    ),
-    { requestMs: 2_000, totalMs: 10_000 },
-  ),
-  reclaimPolicy: z._default(z.enum(["Delete", "Retain"]), "Delete"),
-  log: z._default(
-    z.object({
-      file: z._default(nonEmpty, DEFAULT_LOG_FILE),
-      level: z._default(z.enum(["debug", "info", "warn", "error", "off"]), "info"),
-    }),
-    { file: DEFAULT_LOG_FILE, level: "info" },
-  ),
-});
+/** A DNS-1123 label (namespace names). */
+export const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+/** A DNS-1123 subdomain (object names). */
+export const DNS1123_SUBDOMAIN =
+  /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
-/** Validated milo-ipam configuration. */
-export type IpamConfig = z.infer<typeof IpamConfigSchema>;
-
-/** The parts of the master plugin's network config that milo-ipam reads. */
-export interface NetConf {
-  cniVersion: string;
-  name: string;
-  vpc?: string;
-  vpcattachment?: string;
-  prevResult?: unknown;
-  validAttachments?: unknown;
-  ipam: IpamConfig;
-}
-
-function isAllowedUrl(text: string): boolean {
+function isMiloUrl(text: string): boolean {
   try {
     const u = new URL(text);
     return u.protocol === "https:" || (u.protocol === "http:" && isLoopbackHost(u.hostname));
@@ -95,31 +54,317 @@ function isAllowedUrl(text: string): boolean {
   }
 }
 
-const MERGED_OBJECTS = ["milo", "classes", "gateways", "timeouts", "log"] as const;
-
-/** Merges node defaults under the `ipam` block: the block wins, key by key. */
-export function mergeConfig(
-  node: Record<string, unknown>,
-  ipam: Record<string, unknown>,
-): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...node, ...ipam };
-  for (const key of MERGED_OBJECTS) {
-    const a = node[key], b = ipam[key];
-    if (isPlainObject(a) && isPlainObject(b)) out[key] = { ...a, ...b };
+function isProxyUrl(text: string): boolean {
+  try {
+    const u = new URL(text);
+    return (u.protocol === "http:" || u.protocol === "https:") && !u.username && !u.password;
+  } catch {
+    return false;
   }
-  return out;
 }
 
-/** True for a non-null, non-array object. */
-export function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
+function isLoopbackHostPort(text: string): boolean {
+  const m = /^(.+):(\d{1,5})$/.exec(text);
+  return !!m && Number(m[2]) <= 65535 && isLoopbackHost(m[1]);
+}
+
+const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
+
+/** Node-only settings: credentials, endpoints, identity, paths. */
+const nodeShape = {
+  milo: z.object({
+    url: nonEmpty.check(z.refine(isMiloUrl, "must be an https:// URL (http:// only for loopback)")),
+    namespace: withDefault(
+      nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label")),
+      "default",
+    ),
+    tokenFile: path,
+    caFile: z.optional(path),
+    certFile: z.optional(path),
+    keyFile: z.optional(path),
+    proxy: z.optional(
+      nonEmpty.check(z.refine(isProxyUrl, "must be an http:// or https:// URL without userinfo")),
+    ),
+  }).check(z.refine(
+    (m) => !m.certFile === !m.keyFile,
+    "certFile and keyFile must be given together",
+  )),
+  cluster: bounded,
+  node: z.optional(bounded),
+  log: withDefault(
+    z.object({
+      file: withDefault(path, DEFAULT_LOG_FILE),
+      level: withDefault(z.enum(["debug", "info", "warn", "error", "off"]), "info"),
+    }),
+    { file: DEFAULT_LOG_FILE, level: "info" },
+  ),
+  resultsDir: withDefault(path, DEFAULT_RESULTS_DIR),
+  stateDir: withDefault(path, DEFAULT_STATE_DIR),
+  agent: withDefault(
+    z.object({
+      socket: withDefault(path, DEFAULT_AGENT_SOCKET),
+      metrics: z.optional(
+        nonEmpty.check(z.refine(isLoopbackHostPort, "must be a loopback HOST:PORT")),
+      ),
+      reconcileIntervalS: withDefault(int(10, 86_400), 300),
+    }),
+    { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },
+  ),
+  gc: withDefault(z.object({ minAgeS: withDefault(int(0, 86_400), 60) }), { minAgeS: 60 }),
+  reconcile: withDefault(z.object({ graceS: withDefault(int(0, 86_400), 300) }), { graceS: 300 }),
+  timeouts: withDefault(
+    z.object({
+      requestMs: withDefault(timeoutsShape.requestMs, 2_000),
+      totalMs: withDefault(timeoutsShape.totalMs, 10_000),
+    }).check(z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs")),
+    { requestMs: 2_000, totalMs: 10_000 },
+  ),
+};
+
+/** Keys of the node config that a network config may not set (unless equal to the node's). */
+export const NODE_ONLY_KEYS = Object.keys(nodeShape).filter((k) => k !== "timeouts");
+
+const gateway = (family: Family) =>
+  z.optional(
+    nonEmpty.check(z.refine((s) => parseIp(s)?.family === family, `must be an ${family} address`)),
+  );
+const scopeRef = z.object({
+  apiGroup: bounded,
+  kind: bounded,
+  name: bounded,
+  uid: z.optional(bounded),
+});
+
+/** Per-network settings: what a network config may choose. */
+const networkShape = {
+  classes: z.object({ ipv4: z.optional(bounded), ipv6: z.optional(bounded) }).check(
+    z.refine((c) => !!(c.ipv4 || c.ipv6), "at least one of ipv4 and ipv6 is required"),
+  ),
+  scope: z.optional(z.record(bounded, scopeRef)),
+  gateways: withDefault(z.object({ ipv4: gateway("ipv4"), ipv6: gateway("ipv6") }), {}),
+  prefixLengths: withDefault(
+    z.object({ ipv4: z.optional(int(32, 32)), ipv6: z.optional(int(64, 128)) }),
+    {},
+  ),
+  timeouts: z.optional(
+    z.object({
+      requestMs: z.optional(timeoutsShape.requestMs),
+      totalMs: z.optional(timeoutsShape.totalMs),
+    }),
+  ),
+  reclaimPolicy: withDefault(z.enum(["Delete", "Retain"]), "Delete"),
+};
+
+/** Keys a network config may set. */
+export const NETWORK_KEYS = Object.keys(networkShape);
+
+/** The one schema: node settings plus the node's defaults for per-network settings. */
+export const NodeConfigSchema = z.object({
+  ...nodeShape,
+  classes: z.optional(z.record(z.string(), z.unknown())),
+  scope: z.optional(z.unknown()),
+  gateways: z.optional(z.record(z.string(), z.unknown())),
+  prefixLengths: z.optional(z.record(z.string(), z.unknown())),
+  reclaimPolicy: z.optional(z.unknown()),
+});
+
+/** The per-network part of the schema, applied to node defaults merged with the ipam block. */
+export const NetworkConfigSchema = z.object(networkShape);
+
+/** Validated node settings, with the node name resolved and the file it came from. */
+export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node"> & {
+  node: string;
+  /** The file read. */
+  path: string;
+  /** Set when the file was found only at the legacy path. */
+  warning?: string;
+  /** The raw network defaults of the node config. */
+  defaults: Record<string, unknown>;
+};
+
+/** Validated per-network settings, timeouts resolved against the node's. */
+export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"> & {
+  timeouts: { requestMs: number; totalMs: number };
+};
+
+/** The parts of the master plugin's network config that milo-ipam reads. */
+export interface NetConf {
+  cniVersion: string;
+  name: string;
+  vpc?: string;
+  vpcattachment?: string;
+  /** `prevResult`'s addresses by family (CHECK only; undefined when absent). */
+  prevResult?: Map<Family, Cidr[]>;
+  /** `cni.dev/valid-attachments` as attachment keys (GC only; undefined when absent). */
+  validAttachments?: Set<string>;
+  network: NetworkConfig;
+}
+
+function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
+  return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
+}
+
+/** Validates the node config file's values; `env` resolves the node name fallback. */
+export function parseNodeConfig(
+  values: unknown,
+  path: string,
+  env: (name: string) => string | undefined = () => undefined,
+): NodeConfig {
+  if (!isPlainObject(values)) {
+    throw new CniError("config", `node config ${path} must be a JSON object`);
+  }
+  const { type: _type, ...rest } = values;
+  const parsed = NodeConfigSchema.safeParse(rest);
+  if (!parsed.success) {
+    const issues = issuesOf(parsed.error, "");
+    throw new CniError("config", `node config ${path}: ${issues[0]}`, issues.join("; "));
+  }
+  const defaults: Record<string, unknown> = {};
+  for (const k of NETWORK_KEYS) {
+    if (k !== "timeouts" && rest[k] !== undefined) defaults[k] = rest[k];
+  }
+  return {
+    ...parsed.data,
+    node: parsed.data.node || env("NODE_NAME") || Deno.hostname(),
+    path,
+    defaults,
+  };
 }
 
 /**
- * Parses the master's network config (stdin text) and merges node defaults.
- * Throws a CniError naming the offending field.
+ * Reads the node config: `MILO_IPAM_CONFIG`, else the installed path, else
+ * the default (else the legacy path, with a warning). A file that
+ * `MILO_IPAM_CONFIG` names and that cannot be read is an environment error.
  */
-export function parseNetConf(stdin: string, nodeConfig: NodeConfigFile): NetConf {
+export async function readNodeConfig(
+  env: (name: string) => string | undefined,
+): Promise<NodeConfig> {
+  const { path, source } = nodeConfigPath(env);
+  let at = path;
+  let text = await readText(path, source);
+  let warning: string | undefined;
+  if (text === undefined && path === DEFAULT_NODE_CONFIG) {
+    text = await readText(LEGACY_NODE_CONFIG, source);
+    at = LEGACY_NODE_CONFIG;
+    warning = `node config read from ${LEGACY_NODE_CONFIG}, a directory runtimes scan for ` +
+      `networks; move it to ${DEFAULT_NODE_CONFIG}`;
+  }
+  if (text === undefined) {
+    throw new CniError(
+      "config",
+      `no node config: ${path} does not exist`,
+      "the node config holds milo.url, milo.tokenFile and cluster; see the README",
+    );
+  }
+  let values: unknown;
+  try {
+    values = JSON.parse(text);
+  } catch (err) {
+    throw new CniError(
+      "config",
+      `node config ${at} is not valid JSON`,
+      err instanceof Error ? err.message : "",
+    );
+  }
+  const cfg = parseNodeConfig(values, at, env);
+  return warning ? { ...cfg, warning } : cfg;
+}
+
+/** The file's text, or undefined when a file not named by the environment is absent. */
+async function readText(path: string, source: NodeConfigSource): Promise<string | undefined> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (err) {
+    if (source === "env") {
+      throw new CniError(
+        "env",
+        `cannot read MILO_IPAM_CONFIG=${path}`,
+        err instanceof Error ? err.message : String(err),
+      );
+    }
+    if (err instanceof Deno.errors.NotFound) return undefined;
+    if (err instanceof Deno.errors.NotCapable) {
+      throw new CniError(
+        "sandbox",
+        `the permission sandbox refused reading node config ${path}`,
+        "install milo-ipam with --config naming this file",
+      );
+    }
+    throw new CniError(
+      "config",
+      `cannot read node config ${path}`,
+      err instanceof Error ? err.message : String(err),
+    );
+  }
+}
+
+/** True when every leaf of `given` equals the same leaf of `have`. */
+function sameLeaves(given: unknown, have: unknown): boolean {
+  if (isPlainObject(given)) {
+    return isPlainObject(have) && Object.entries(given).every(([k, v]) => sameLeaves(v, have[k]));
+  }
+  return JSON.stringify(given) === JSON.stringify(have);
+}
+
+/** Throws code 7 naming the first node-only key of the ipam block that differs from the node's. */
+function refuseNodeKeys(ipam: Record<string, unknown>, node: NodeConfig): void {
+  for (const key of NODE_ONLY_KEYS) {
+    if (ipam[key] === undefined) continue;
+    const have = (node as unknown as Record<string, unknown>)[key];
+    if (!sameLeaves(ipam[key], have)) {
+      throw new CniError(
+        "config",
+        `field ipam.${key}: a node setting; a network config may not set it`,
+        `set ${key} in the node config ${node.path}; a network config may set only ${
+          NETWORK_KEYS.join(", ")
+        }`,
+      );
+    }
+  }
+}
+
+const MERGED = ["classes", "gateways", "prefixLengths"] as const;
+
+/** The network settings: node defaults under the ipam block (key by key in MERGED objects). */
+export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): NetworkConfig {
+  refuseNodeKeys(ipam, node);
+  const merged: Record<string, unknown> = { ...node.defaults };
+  for (const key of NETWORK_KEYS) {
+    if (ipam[key] === undefined) continue;
+    const a = merged[key], b = ipam[key];
+    merged[key] = (MERGED as readonly string[]).includes(key) && isPlainObject(a) &&
+        isPlainObject(b)
+      ? { ...a, ...b }
+      : b;
+  }
+  const parsed = NetworkConfigSchema.safeParse(merged);
+  if (!parsed.success) {
+    const issues = issuesOf(parsed.error, "ipam.");
+    throw new CniError("config", issues[0], issues.join("; ") + ` (node config ${node.path})`);
+  }
+  const limit = node.timeouts;
+  const t = { ...limit, ...parsed.data.timeouts };
+  for (const k of ["requestMs", "totalMs"] as const) {
+    if (t[k] > limit[k]) {
+      throw new CniError(
+        "config",
+        `field ipam.timeouts.${k}: must be at most ${limit[k]}, the node's limit`,
+        `node config ${node.path} sets timeouts.${k}`,
+      );
+    }
+  }
+  if (t.requestMs > t.totalMs) {
+    throw new CniError("config", "field ipam.timeouts: requestMs must not exceed totalMs");
+  }
+  return { ...parsed.data, timeouts: t };
+}
+
+/**
+ * Parses the master's network config (stdin text) for `verb` against the node
+ * config: the version first (code 1), then the fields (code 7, naming the
+ * field); `prevResult` for CHECK and the attachment list for GC.
+ */
+export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetConf {
   let raw: unknown;
   try {
     raw = JSON.parse(stdin);
@@ -134,27 +379,22 @@ export function parseNetConf(stdin: string, nodeConfig: NodeConfigFile): NetConf
     throw new CniError("decode", "network config on stdin must be a JSON object");
   }
   const cniVersion = stringField(raw, "cniVersion");
+  requireVersion(cniVersion, verb);
   const name = stringField(raw, "name");
   if (!isPlainObject(raw.ipam)) {
     throw new CniError("config", "field ipam: must be an object with type milo-ipam");
   }
-  const merged = mergeConfig(nodeConfig.values, raw.ipam);
-  const parsed = IpamConfigSchema.safeParse(merged);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) =>
-      `field ipam.${i.path.map(String).join(".")}: ${i.message}`
-    );
-    const from = nodeConfig.path ? ` (ipam block merged over node config ${nodeConfig.path})` : "";
-    throw new CniError("config", issues[0], issues.join("; ") + from);
+  if (raw.ipam.type !== "milo-ipam") {
+    throw new CniError("config", "field ipam.type: must be milo-ipam");
   }
   return {
     cniVersion,
     name,
     vpc: optionalString(raw, "vpc"),
     vpcattachment: optionalString(raw, "vpcattachment"),
-    prevResult: raw.prevResult,
-    validAttachments: raw["cni.dev/valid-attachments"],
-    ipam: parsed.data,
+    prevResult: verb === "CHECK" ? parsePrevResult(raw.prevResult) : undefined,
+    validAttachments: verb === "GC" ? parseValidAttachments(raw) : undefined,
+    network: parseNetwork(raw.ipam, node),
   };
 }
 
@@ -163,53 +403,65 @@ function stringField(raw: Record<string, unknown>, key: string): string {
   if (typeof v !== "string" || v === "") {
     throw new CniError("config", `field ${key}: must be a non-empty string`);
   }
+  if (v.length > MAX_VALUE_CHARS) {
+    throw new CniError("config", `field ${key}: must be at most ${MAX_VALUE_CHARS} characters`);
+  }
   return v;
 }
 
 function optionalString(raw: Record<string, unknown>, key: string): string | undefined {
   const v = raw[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== "string") throw new CniError("config", `field ${key}: must be a string`);
-  return v || undefined;
+  if (v === undefined || v === null || v === "") return undefined;
+  return stringField(raw, key);
 }
 
-/** The node config file as read: its path (if one was read) and its values. */
-export interface NodeConfigFile {
-  path?: string;
-  values: Record<string, unknown>;
+/** A set key for one attachment (container, interface). */
+export function attachmentKey(containerId?: string, ifname?: string): string {
+  return `${containerId}\u0000${ifname}`;
 }
 
 /**
- * Reads the node-level config file. The default path may be absent; a path
- * named by `MILO_IPAM_CONFIG` must exist.
+ * `cni.dev/valid-attachments` (or its older name `cni.dev/attachments`) as a
+ * set of attachment keys. A missing or null list is a config error: GC never
+ * releases on missing input.
  */
-export async function readNodeConfig(envPath: string | undefined): Promise<NodeConfigFile> {
-  const path = envPath || DEFAULT_NODE_CONFIG;
-  let text: string;
-  try {
-    text = await Deno.readTextFile(path);
-  } catch (err) {
-    if (!envPath && err instanceof Deno.errors.NotFound) return { values: {} };
-    const what = envPath ? `MILO_IPAM_CONFIG=${path}` : `node config ${path}`;
-    throw new CniError(
-      envPath ? "env" : "config",
-      `cannot read ${what}`,
-      err instanceof Error ? err.message : String(err),
-    );
-  }
-  let values: unknown;
-  try {
-    values = JSON.parse(text);
-  } catch (err) {
+export function parseValidAttachments(raw: Record<string, unknown>): Set<string> {
+  const key = raw["cni.dev/valid-attachments"] !== undefined
+    ? "cni.dev/valid-attachments"
+    : "cni.dev/attachments";
+  const list = raw[key];
+  if (!Array.isArray(list)) {
     throw new CniError(
       "config",
-      `node config ${path} is not valid JSON`,
-      err instanceof Error ? err.message : "",
+      list === undefined || list === null
+        ? "field cni.dev/valid-attachments: missing; GC releases nothing without it"
+        : `field ${key}: must be a list`,
     );
   }
-  if (!isPlainObject(values)) {
-    throw new CniError("config", `node config ${path} must be a JSON object`);
+  return new Set(list.map((v, i) => {
+    if (!isPlainObject(v) || typeof v.containerID !== "string" || typeof v.ifname !== "string") {
+      throw new CniError("config", `field ${key}.${i}: must have string containerID and ifname`);
+    }
+    return attachmentKey(v.containerID, v.ifname);
+  }));
+}
+
+/** The addresses of `prevResult` by family, or undefined when there is no prevResult. */
+export function parsePrevResult(prev: unknown): Map<Family, Cidr[]> | undefined {
+  if (prev === undefined || prev === null) return undefined;
+  if (!isPlainObject(prev) || (prev.ips !== undefined && !Array.isArray(prev.ips))) {
+    throw new CniError("config", "field prevResult: must be an object with an ips list");
   }
-  const { type: _type, ...rest } = values;
-  return { path, values: rest };
+  const out = new Map<Family, Cidr[]>();
+  for (const [i, ip] of ((prev.ips ?? []) as unknown[]).entries()) {
+    const cidr = isPlainObject(ip) && typeof ip.address === "string" ? parseCidr(ip.address) : null;
+    if (!cidr) {
+      throw new CniError(
+        "config",
+        `field prevResult.ips.${i}.address: must be an IP address in CIDR form`,
+      );
+    }
+    out.set(cidr.family, [...(out.get(cidr.family) ?? []), cidr]);
+  }
+  return out;
 }

@@ -33,10 +33,10 @@ export class CniError extends Error {
   readonly details: string;
 
   constructor(outcome: Outcome, msg: string, details = "") {
-    super(msg);
+    super(clip(redact(msg), MAX_MSG_CHARS));
     this.name = "CniError";
     this.outcome = outcome;
-    this.details = details;
+    this.details = clip(redact(details), MAX_DETAILS_CHARS);
   }
 
   /** The CNI error code of this failure. */
@@ -45,15 +45,38 @@ export class CniError extends Error {
   }
 }
 
+/** Longest `msg` of a CNI error. */
+const MAX_MSG_CHARS = 500;
+/** Longest `details` of a CNI error (pod events quote it). */
+const MAX_DETAILS_CHARS = 2000;
+
+/** Cuts `text` to `max` characters, marking the cut. */
+export function clip(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+}
+
+/**
+ * Removes anything shaped like a credential: a bearer value (to the next
+ * quote, across line breaks, since a token file with two lines makes one
+ * header value of both) and the value Deno quotes in a header error.
+ */
+export function redact(text: string): string {
+  return text
+    .replace(/(invalid header value:?\s*)"[^"]*"?/gi, '$1"[redacted]"')
+    .replace(/\bbearer\b[^"']*/gi, "Bearer [redacted]");
+}
+
 /**
  * Outcome of a Milo HTTP answer that the caller did not expect.
- * 507 is exhaustion, not a transient server error.
+ * 507 is exhaustion, not a transient server error; 501 is not transient either.
  */
 export function outcomeOfHttpStatus(status: number): Outcome {
   if (status === 507) return "exhausted";
   if (status === 401 || status === 403) return "auth";
   if (status === 409) return "conflict";
-  if (status === 429 || (status >= 500 && status <= 504)) return "transient";
+  if (status === 408 || status === 429 || status === 500 || (status >= 502 && status <= 504)) {
+    return "transient";
+  }
   if (status === 400 || status === 404 || status === 422) return "rejected";
   return "protocol";
 }

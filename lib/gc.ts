@@ -1,52 +1,45 @@
-import { attachmentKey, holderOf, nodeSelector } from "./claims.ts";
-import { isPlainObject } from "./config.ts";
+import { holderOf, nodeSelector } from "./claims.ts";
+import { attachmentKey } from "./config.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import type { Handler } from "./invocation.ts";
+import type { IPClaim } from "./milo.ts";
 
 const DELETE_CONCURRENCY = 8;
 
 /**
  * GC: release this node's claims (this cluster, this network) whose attachment
- * is not in `cni.dev/valid-attachments`. Keeps going past errors and reports
- * them all; prints nothing on success.
+ * is not in `cni.dev/valid-attachments` and which are older than `gc.minAgeS`
+ * (so an ADD in flight is never undone). A claim without a readable creation
+ * time is kept. Keeps going past errors and reports them all; prints nothing
+ * on success.
  */
 export const gc: Handler = async (inv) => {
-  const valid = validAttachments(inv.conf.validAttachments);
+  const valid = inv.conf.validAttachments;
+  if (!valid) throw new CniError("config", "field cni.dev/valid-attachments: missing");
   const a = inv.attachment;
-  const claims = await inv.milo.listClaims(await nodeSelector(a.cluster, a.node, a.network));
-  const stale = claims.filter((c) => {
+  const minAgeMs = inv.node.gc.minAgeS * 1000;
+  const listed = await inv.milo.listClaims(await nodeSelector(a.cluster, a.node, a.network));
+  const stale = listed.filter((c) => {
     const h = holderOf(c);
-    return h.containerId !== undefined && h.ifname !== undefined &&
-      !valid.has(attachmentKey(h.containerId, h.ifname));
+    if (h.containerId === undefined || h.ifname === undefined) return false;
+    if (valid.has(attachmentKey(h.containerId, h.ifname))) return false;
+    const created = Date.parse(c.metadata.creationTimestamp ?? "");
+    return !Number.isNaN(created) && inv.now() - created >= minAgeMs;
   });
+  const claims: string[] = [];
   const failures: CniError[] = [];
   for (let i = 0; i < stale.length; i += DELETE_CONCURRENCY) {
-    const batch = stale.slice(i, i + DELETE_CONCURRENCY);
     const r = await attemptAll(
-      batch,
-      (c) => inv.milo.deleteClaim(c.metadata.name),
+      stale.slice(i, i + DELETE_CONCURRENCY),
+      (c: IPClaim) =>
+        c.metadata.uid
+          ? inv.milo.releaseClaim(c.metadata.name, c.metadata.uid)
+          : inv.milo.deleteClaim(c.metadata.name),
       (c) => `release of ${c.metadata.name} failed`,
     );
-    inv.touched.push(...r.done.map((c) => c.metadata.name));
+    claims.push(...r.done.map((c) => c.metadata.name));
     failures.push(...r.failures);
   }
   if (failures.length) throw combineErrors(failures);
-  return null;
+  return { claims };
 };
-
-/** Parses `cni.dev/valid-attachments` into a set; missing or null is the empty list. */
-export function validAttachments(raw: unknown): Set<string> {
-  if (raw === undefined || raw === null) return new Set();
-  if (!Array.isArray(raw)) {
-    throw new CniError("config", "field cni.dev/valid-attachments: must be a list");
-  }
-  return new Set(raw.map((v, i) => {
-    if (!isPlainObject(v) || typeof v.containerID !== "string" || typeof v.ifname !== "string") {
-      throw new CniError(
-        "config",
-        `field cni.dev/valid-attachments.${i}: must have string containerID and ifname`,
-      );
-    }
-    return attachmentKey(v.containerID, v.ifname);
-  }));
-}

@@ -1,24 +1,40 @@
-import type { Attachment } from "./claims.ts";
+import { type Attachment, claimName } from "./claims.ts";
 import type { CniEnv } from "./cni.ts";
-import type { IpamConfig, NetConf } from "./config.ts";
+import type { NetConf, NetworkConfig, NodeConfig } from "./config.ts";
 import { FAMILIES, type Family } from "./ip.ts";
+import type { Journal } from "./journal.ts";
 import type { MiloClient } from "./milo.ts";
 
 /** Everything a verb handler needs for one plugin invocation. */
 export interface Invocation {
   env: CniEnv;
   conf: NetConf;
-  cfg: IpamConfig;
+  node: NodeConfig;
   attachment: Attachment;
+  /** The Milo client within the main budget. */
   milo: MiloClient;
-  /** Claim names this invocation acted on, for the log line. */
-  touched: string[];
+  /** The same client with the slice of `totalMs` reserved for rolling back a half ADD. */
+  rollback: MiloClient;
+  journal: Journal;
+  /** The clock (ms since epoch). */
+  now: () => number;
 }
 
-/** A verb handler: returns the JSON to print on stdout, or null for none. */
-export type Handler = (inv: Invocation) => Promise<Record<string, unknown> | null>;
+/** What a handler answers: the JSON to print (if any) and the claims it acted on. */
+export interface HandlerResult {
+  output?: Record<string, unknown>;
+  claims: string[];
+}
+
+/** A verb handler. */
+export type Handler = (inv: Invocation) => Promise<HandlerResult>;
 
 /** The families configured in `classes`, IPv4 first. */
-export function familiesOf(cfg: IpamConfig): Family[] {
-  return FAMILIES.filter((f) => cfg.classes[f]);
+export function familiesOf(net: NetworkConfig): Family[] {
+  return FAMILIES.filter((f) => net.classes[f]);
+}
+
+/** The claim names of an attachment, one per configured family. */
+export function claimNamesOf(inv: Pick<Invocation, "conf" | "attachment">): Promise<string[]> {
+  return Promise.all(familiesOf(inv.conf.network).map((f) => claimName(inv.attachment, f)));
 }

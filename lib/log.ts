@@ -1,8 +1,13 @@
+import { redact } from "./errors.ts";
+
 /** Log levels in increasing severity; `off` disables logging. */
 export const LEVELS = ["debug", "info", "warn", "error", "off"] as const;
 
 /** A log level. */
 export type Level = typeof LEVELS[number];
+
+/** Longest time one log write may take (a slow disk, or a FIFO nobody reads). */
+export const LOG_WRITE_MS = 250;
 
 /** Appends JSON lines to the configured log file; never writes to stdout. */
 export class Logger {
@@ -20,18 +25,28 @@ export class Logger {
     this.#level = level;
   }
 
-  /** Writes one JSON line if `level` passes the threshold; failures go to stderr only. */
-  async write(level: Exclude<Level, "off">, record: Record<string, unknown>): Promise<void> {
+  /**
+   * Writes one JSON line if `level` passes the threshold, giving up after
+   * `timeoutMs`; credentials are redacted; failures go to stderr only.
+   */
+  async write(
+    level: Exclude<Level, "off">,
+    record: Record<string, unknown>,
+    timeoutMs = LOG_WRITE_MS,
+  ): Promise<void> {
     if (!this.#file || LEVELS.indexOf(level) < LEVELS.indexOf(this.#level)) return;
-    const line = JSON.stringify({ ts: new Date().toISOString(), level, ...record }) + "\n";
-    try {
-      await Deno.writeTextFile(this.#file, line, { append: true, create: true, mode: 0o640 });
-    } catch (err) {
-      console.error(
-        `milo-ipam: cannot write log file ${this.#file}: ${
-          err instanceof Error ? err.message : err
-        }`,
-      );
-    }
+    const line = redact(JSON.stringify({ ts: new Date().toISOString(), level, ...record })) + "\n";
+    const file = this.#file;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const gaveUp = new Promise<string>((resolve) => {
+      const t = setTimeout(() => resolve(`timed out after ${timeoutMs} ms`), timeoutMs);
+      Deno.unrefTimer(t);
+      timer = t;
+    });
+    const wrote = Deno.writeTextFile(file, line, { append: true, create: true, mode: 0o640 })
+      .then(() => undefined, (err) => err instanceof Error ? err.message : String(err));
+    const failure = await Promise.race([wrote, gaveUp]);
+    clearTimeout(timer);
+    if (failure) console.error(`milo-ipam: cannot write log file ${file}: ${failure}`);
   }
 }

@@ -1,15 +1,25 @@
 import * as z from "zod/mini";
-import type { IpamConfig } from "./config.ts";
+import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
 import {
+  clip,
   CniError,
   errorText,
   isTransientStatus,
   type Outcome,
   outcomeOfHttpStatus,
 } from "./errors.ts";
+import { PROXY_ENV_VARS } from "./permissions.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
+
+/** Largest Milo response body read; a bigger one is a protocol error. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+/** How much of an unexpected body an error quotes. */
+const QUOTE_CHARS = 300;
+/** Page size of LIST requests, and the most pages followed. */
+const PAGE_LIMIT = 500;
+const MAX_PAGES = 1_000;
 
 const stringMap = z.optional(z.record(z.string(), z.string()));
 
@@ -40,7 +50,10 @@ export const IPClaimSchema = z.looseObject({
 /** A validated IPClaim. */
 export type IPClaim = z.infer<typeof IPClaimSchema>;
 
-const IPClaimListSchema = z.looseObject({ items: z.array(IPClaimSchema) });
+const IPClaimListSchema = z.looseObject({
+  items: z.array(IPClaimSchema),
+  metadata: z.optional(z.looseObject({ continue: z.optional(z.string()) })),
+});
 const IPClassListSchema = z.looseObject({
   items: z.array(z.looseObject({ metadata: z.looseObject({ name: z.string() }) })),
 });
@@ -61,6 +74,15 @@ const StatusSchema = z.looseObject({
 /** A Kubernetes Status object as Milo sends with every error. */
 export type MiloStatus = z.infer<typeof StatusSchema>;
 
+/** One HTTP exchange as the client saw it, for metrics. */
+export interface RequestEvent {
+  method: string;
+  /** HTTP status, or `error` when no answer came. */
+  status: number | "error";
+  /** 1 for the first attempt of a request, then 2, 3, ... for retries. */
+  attempt: number;
+}
+
 /** How the client reaches Milo and how long it may try. */
 export interface ClientOptions {
   baseUrl: string;
@@ -73,6 +95,8 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   sleep?: (ms: number) => Promise<void>;
   random?: () => number;
+  /** Called after every attempt. */
+  onRequest?: (e: RequestEvent) => void;
 }
 
 const MAX_ATTEMPTS = 8;
@@ -81,53 +105,47 @@ const BACKOFF_CAP_MS = 1_000;
 
 type Answer = { status: number; body: unknown };
 
+/** What releasing a claim by name and uid found. */
+export type Release = "released" | "absent" | "changed";
+
 /** A thin Milo IPAM client: deadlines, bounded jittered retries, Status-aware errors. */
 export class MiloClient {
-  /** HTTP requests sent so far (every attempt counts). */
-  requests = 0;
   readonly #o: ClientOptions;
+  readonly #counter: { n: number };
   readonly #fetch: typeof fetch;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
 
-  constructor(options: ClientOptions) {
+  constructor(options: ClientOptions, counter = { n: 0 }) {
     this.#o = options;
+    this.#counter = counter;
     this.#fetch = options.fetch ?? fetch;
     this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
     this.#random = options.random ?? Math.random;
   }
 
-  /** Builds a client from config: reads the token (every invocation) and TLS files. */
-  static async open(cfg: IpamConfig, deadline: number): Promise<MiloClient> {
-    const m = cfg.milo;
-    const [token, ca, cert, key] = await Promise.all([
-      readConfigFile("milo.tokenFile", m.tokenFile),
-      m.caFile ? readConfigFile("milo.caFile", m.caFile) : undefined,
-      m.certFile ? readConfigFile("milo.certFile", m.certFile) : undefined,
-      m.keyFile ? readConfigFile("milo.keyFile", m.keyFile) : undefined,
-    ]);
-    const bearer = token.trim();
-    if (!bearer) throw new CniError("config", `field ipam.milo.tokenFile: ${m.tokenFile} is empty`);
-    let client: Deno.HttpClient | undefined;
-    if (ca || cert) {
-      try {
-        client = Deno.createHttpClient({
-          ...(ca ? { caCerts: [ca] } : {}),
-          ...(cert && key ? { cert, key } : {}),
-        });
-      } catch (err) {
-        throw new CniError(
-          "config",
-          "cannot load TLS material from milo.caFile/certFile/keyFile",
-          errorText(err),
-        );
-      }
-    }
+  /** HTTP requests sent so far by this client and its {@link withDeadline} copies. */
+  get requests(): number {
+    return this.#counter.n;
+  }
+
+  /** The same client with another deadline (the request count is shared). */
+  withDeadline(deadline: number): MiloClient {
+    return new MiloClient({ ...this.#o, deadline }, this.#counter);
+  }
+
+  /** Builds a client from the node config: reads and checks the token and TLS files. */
+  static async open(
+    node: NodeConfig,
+    requestMs: number,
+    deadline: number,
+  ): Promise<MiloClient> {
+    const [token, client] = await Promise.all([readToken(node), httpClientFor(node)]);
     return new MiloClient({
-      baseUrl: m.url.replace(/\/+$/, ""),
-      namespace: m.namespace,
-      token: bearer,
-      requestMs: cfg.timeouts.requestMs,
+      baseUrl: node.milo.url.replace(/\/+$/, ""),
+      namespace: node.milo.namespace,
+      token,
+      requestMs,
       deadline,
       client,
     });
@@ -139,14 +157,23 @@ export class MiloClient {
   }
 
   #claimsPath(name?: string): string {
-    const ns = encodeURIComponent(this.#o.namespace);
-    return `${API_PATH}/namespaces/${ns}/ipclaims${name ? `/${encodeURIComponent(name)}` : ""}`;
+    if (name !== undefined && !DNS1123_SUBDOMAIN.test(name)) {
+      throw new CniError(
+        "protocol",
+        "a claim name is not a DNS-1123 subdomain; refusing to put it in a URL",
+        JSON.stringify(clip(name, 80)),
+      );
+    }
+    return `${API_PATH}/namespaces/${this.#o.namespace}/ipclaims${name ? `/${name}` : ""}`;
   }
 
-  /** POSTs a claim: the bound claim on 201, or `null` when the name exists (409). */
+  /** POSTs a claim: the bound claim on 201, or `null` when the name exists (409 AlreadyExists). */
   async createClaim(body: Record<string, unknown>): Promise<IPClaim | null> {
     const a = await this.#call("POST", this.#claimsPath(), body, [201, 409]);
-    return a.status === 409 ? null : parse(IPClaimSchema, a.body, "IPClaim");
+    if (a.status === 201) return parse(IPClaimSchema, a.body, "IPClaim");
+    const st = statusOf(a.body);
+    if (st?.reason === "AlreadyExists") return null;
+    throw statusError(`POST ${this.#claimsPath()}`, 409, st);
   }
 
   /** GETs a claim, or `null` when Milo has none of that name. */
@@ -161,17 +188,63 @@ export class MiloClient {
     return a.status === 404 ? "absent" : "released";
   }
 
-  /** LISTs claims matching a label selector. */
+  /**
+   * Releases the claim `name` only while it is the object with `uid`: a fresh
+   * GET compares the uid, and the DELETE carries it as a precondition, so a
+   * newer claim of the same name is never released.
+   */
+  async releaseClaim(name: string, uid: string): Promise<Release> {
+    const now = await this.getClaim(name);
+    if (!now) return "absent";
+    if (now.metadata.uid !== uid) return "changed";
+    const options = { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid } };
+    const path = this.#claimsPath(name);
+    const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], name);
+    if (a.status === 404) return "absent";
+    if (a.status === 409) {
+      const st = statusOf(a.body);
+      if (st?.reason === "Conflict") return "changed";
+      throw statusError(`DELETE ${path}`, 409, st);
+    }
+    return "released";
+  }
+
+  /** LISTs claims matching a label selector, following `continue` pages. */
   async listClaims(labelSelector: string): Promise<IPClaim[]> {
-    const q = `?labelSelector=${encodeURIComponent(labelSelector)}`;
-    const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200]);
-    return parse(IPClaimListSchema, a.body, "IPClaimList").items;
+    const out: IPClaim[] = [];
+    let token: string | undefined;
+    for (let page = 0; page < MAX_PAGES; page++) {
+      const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
+        (token ? `&continue=${encodeURIComponent(token)}` : "");
+      const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200]);
+      const list = parse(IPClaimListSchema, a.body, "IPClaimList");
+      out.push(...list.items);
+      token = list.metadata?.continue;
+      if (!token) return out;
+    }
+    throw new CniError("protocol", `Milo's IPClaimList did not end within ${MAX_PAGES} pages`);
   }
 
   /** LISTs the names of the IPClasses visible to this project. */
   async listClassNames(): Promise<string[]> {
     const a = await this.#call("GET", `${API_PATH}/ipclasses`, undefined, [200]);
     return parse(IPClassListSchema, a.body, "IPClassList").items.map((c) => c.metadata.name);
+  }
+
+  #headers(hasBody: boolean): Headers {
+    try {
+      return new Headers({
+        authorization: `Bearer ${this.#o.token}`,
+        accept: "application/json",
+        ...(hasBody ? { "content-type": "application/json" } : {}),
+      });
+    } catch {
+      throw new CniError(
+        "config",
+        "the Milo token cannot be sent as an HTTP header",
+        "milo.tokenFile must hold one line of visible ASCII",
+      );
+    }
   }
 
   /** One request with retries; a 404 is accepted only as Milo's NotFound for `name`. */
@@ -185,27 +258,35 @@ export class MiloClient {
     const o = this.#o;
     const url = o.baseUrl + path;
     const what = `${method} ${path}`;
+    const headers = this.#headers(body !== undefined);
     let last = "no attempt made";
     let attempts = 0;
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       const remaining = o.deadline - Date.now();
       if (remaining <= 0) break;
       let wait = this.#backoff(attempt);
-      this.requests++;
+      this.#counter.n++;
       attempts++;
+      let status: number | "error" = "error";
       try {
         const res = await this.#fetch(url, {
           method,
-          headers: {
-            authorization: `Bearer ${o.token}`,
-            accept: "application/json",
-            ...(body === undefined ? {} : { "content-type": "application/json" }),
-          },
+          headers,
           body: body === undefined ? undefined : JSON.stringify(body),
+          redirect: "manual",
           signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
-        const text = await res.text();
+        status = res.status;
+        if (res.status >= 300 && res.status < 400) {
+          await res.body?.cancel();
+          throw new CniError(
+            "protocol",
+            `${what}: Milo answered a redirect (${res.status}); redirects are not followed`,
+            `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
+          );
+        }
+        const text = await readCapped(res, what);
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
@@ -213,12 +294,12 @@ export class MiloClient {
             throw new CniError(
               "protocol",
               `${what}: HTTP 404 that is not Milo's NotFound for ${name}`,
-              `is milo.url the Milo API base? ${st?.message ?? text.slice(0, 200)}`,
+              `is milo.url the Milo API base? ${st?.message ?? clip(text, QUOTE_CHARS)}`,
             );
           }
           return { status: res.status, body: json };
         }
-        if (!isTransientStatus(res.status)) throw statusError(what, res.status, st);
+        if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
         const after = retryAfterMs(res.headers.get("retry-after"));
         if (after !== undefined) wait = Math.max(wait, after);
@@ -228,7 +309,7 @@ export class MiloClient {
           throw new CniError(
             "sandbox",
             `the permission sandbox refused ${method} ${new URL(url).host}`,
-            `${errorText(err)}; reinstall milo-ipam with a config that names this Milo host`,
+            `${errorText(err)}; reinstall milo-ipam with a node config that names this Milo host`,
           );
         }
         if (isTlsFailure(err)) {
@@ -241,6 +322,8 @@ export class MiloClient {
         last = isTimeout(err)
           ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
           : errorText(err);
+      } finally {
+        o.onRequest?.({ method, status, attempt });
       }
       if (attempt === MAX_ATTEMPTS || Date.now() + wait >= o.deadline) break;
       await this.#sleep(wait);
@@ -248,7 +331,7 @@ export class MiloClient {
     throw new CniError(
       "transient",
       `Milo unreachable or overloaded: ${what}`,
-      `${last}; gave up within the timeouts.totalMs deadline after ${attempts} attempt(s)`,
+      `${last}; gave up within the deadline after ${attempts} attempt(s)`,
     );
   }
 
@@ -256,6 +339,109 @@ export class MiloClient {
     const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
     return Math.round(ceiling / 2 + this.#random() * ceiling / 2);
   }
+}
+
+/** Reads a response body up to {@link MAX_BODY_BYTES}. */
+async function readCapped(res: Response, what: string): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > MAX_BODY_BYTES) {
+      await reader.cancel();
+      throw new CniError(
+        "protocol",
+        `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
+        `HTTP ${res.status}`,
+      );
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** A token: one line of visible ASCII without inner whitespace. */
+const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
+
+/** Reads and checks the bearer token; errors name the file, never its content. */
+export async function readToken(node: NodeConfig): Promise<string> {
+  const file = node.milo.tokenFile;
+  const token = (await readConfigFile("milo.tokenFile", file)).replace(/\r?\n$/, "");
+  if (!TOKEN_SHAPE.test(token)) {
+    throw new CniError(
+      "config",
+      `field milo.tokenFile: ${file} does not hold one token`,
+      token
+        ? "the token must be one line of visible ASCII without spaces (after a rotation, " +
+          "write the new token alone, then rename it over the file)"
+        : "the file is empty",
+    );
+  }
+  return token;
+}
+
+/** Removes proxy variables from the environment so fetch never sends the token through one. */
+export function dropProxyEnv(): void {
+  for (const k of PROXY_ENV_VARS) {
+    try {
+      Deno.env.delete(k);
+    } catch {
+      // Not granted: then Deno cannot read it either.
+    }
+  }
+}
+
+/** The files and proxy an HTTP client to Milo is built from. */
+export interface TlsMaterial {
+  ca?: string;
+  cert?: string;
+  key?: string;
+  proxy?: string;
+}
+
+/** Reads the node's CA, client certificate and key (each file when configured). */
+export async function readTlsMaterial(node: NodeConfig): Promise<TlsMaterial> {
+  const m = node.milo;
+  const [ca, cert, key] = await Promise.all([
+    m.caFile ? readConfigFile("milo.caFile", m.caFile) : undefined,
+    m.certFile ? readConfigFile("milo.certFile", m.certFile) : undefined,
+    m.keyFile ? readConfigFile("milo.keyFile", m.keyFile) : undefined,
+  ]);
+  return { ca, cert, key, proxy: m.proxy };
+}
+
+/** An HTTP client for the material, or undefined when the defaults do. */
+export function createHttpClient(t: TlsMaterial): Deno.HttpClient | undefined {
+  dropProxyEnv();
+  if (!t.ca && !t.cert && !t.proxy) return undefined;
+  try {
+    return Deno.createHttpClient({
+      ...(t.ca ? { caCerts: [t.ca] } : {}),
+      ...(t.cert && t.key ? { cert: t.cert, key: t.key } : {}),
+      ...(t.proxy ? { proxy: { url: t.proxy } } : {}),
+    });
+  } catch (err) {
+    throw new CniError(
+      "config",
+      "cannot load TLS material from milo.caFile/certFile/keyFile",
+      errorText(err),
+    );
+  }
+}
+
+/** The HTTP client for the node's TLS material and proxy, or undefined for the default. */
+export async function httpClientFor(node: NodeConfig): Promise<Deno.HttpClient | undefined> {
+  return createHttpClient(await readTlsMaterial(node));
 }
 
 async function readConfigFile(field: string, path: string): Promise<string> {
@@ -269,7 +455,7 @@ async function readConfigFile(field: string, path: string): Promise<string> {
         errorText(err),
       );
     }
-    throw new CniError("config", `field ipam.${field}: cannot read ${path}`, errorText(err));
+    throw new CniError("config", `field ${field}: cannot read ${path}`, errorText(err));
   }
 }
 
@@ -308,10 +494,16 @@ function causes(st: MiloStatus | undefined): Record<string, string> {
 }
 
 /** Maps a non-retryable Milo answer to a CniError, using the Status object for detail. */
-export function statusError(what: string, status: number, st: MiloStatus | undefined): CniError {
+export function statusError(
+  what: string,
+  status: number,
+  st: MiloStatus | undefined,
+  text = "",
+): CniError {
   const outcome: Outcome = outcomeOfHttpStatus(status);
+  const said = st?.message ?? (text ? clip(text, QUOTE_CHARS) : "");
   const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}${
-    st?.message ? `: ${st.message}` : ""
+    said ? `: ${said}` : ""
   }`;
   switch (outcome) {
     case "exhausted": {

@@ -15,17 +15,30 @@ export const ENV_VARS = [
   "NODE_NAME",
 ] as const;
 
+/**
+ * Proxy variables the plugin removes from its own environment before any
+ * request (so Deno's fetch cannot follow them); removing needs the grant.
+ */
+export const PROXY_ENV_VARS = [
+  "HTTP_PROXY",
+  "HTTPS_PROXY",
+  "ALL_PROXY",
+  "http_proxy",
+  "https_proxy",
+  "all_proxy",
+] as const;
+
 /** What one installation may touch. */
 export interface Grants {
-  /** `host:port` of every Milo endpoint. */
+  /** `host:port` of every Milo endpoint (and the proxy the node config names). */
   net: string[];
-  /** Files and directories the plugin reads (config, token, TLS material). */
+  /** Files and directories the plugin reads (config, token, TLS material, caches). */
   read: string[];
-  /** Files the plugin writes (the log file). */
+  /** Files and directories the plugin writes (the log file, its state directory). */
   write: string[];
 }
 
-/** `host:port` for a Milo URL, with the scheme's default port made explicit. */
+/** `host:port` for a URL, with the scheme's default port made explicit. */
 export function netGrant(url: string): string {
   const u = new URL(url);
   const port = u.port || (u.protocol === "https:" ? "443" : "80");
@@ -37,11 +50,17 @@ export function permissionFlags(g: Grants): string[] {
   const list = (xs: string[]) => [...new Set(xs)].sort().join(",");
   const flags = [
     "--no-prompt",
-    `--allow-env=${ENV_VARS.join(",")}`,
+    `--allow-env=${[...ENV_VARS, ...PROXY_ENV_VARS].join(",")}`,
     "--allow-sys=hostname",
   ];
   if (g.net.length) flags.push(`--allow-net=${list(g.net)}`);
   if (g.read.length) flags.push(`--allow-read=${list(g.read)}`);
   if (g.write.length) flags.push(`--allow-write=${list(g.write)}`);
   return flags;
+}
+
+/** True when `path` is `dir` or lies inside it (both absolute and normalized). */
+export function isInside(path: string, dir: string): boolean {
+  const d = dir.endsWith("/") ? dir : `${dir}/`;
+  return path === dir || path.startsWith(d);
 }

@@ -13,9 +13,8 @@ export const status: Handler = async (inv) => {
     const e = toCniError(err);
     throw new CniError("unavailable", `Milo is not usable: ${e.message}`, e.details);
   }
-  const missing = familiesOf(inv.cfg).map((f) => inv.cfg.classes[f]!).filter((c) =>
-    !names.includes(c)
-  );
+  const net = inv.conf.network;
+  const missing = familiesOf(net).map((f) => net.classes[f]!).filter((c) => !names.includes(c));
   if (missing.length) {
     throw new CniError(
       "unavailable",
@@ -23,5 +22,5 @@ export const status: Handler = async (inv) => {
       `classes present: ${names.join(", ") || "none"}`,
     );
   }
-  return null;
+  return { claims: [] };
 };

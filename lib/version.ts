@@ -1,14 +1,20 @@
-import { versionResult } from "./cni.ts";
-import { isPlainObject } from "./config.ts";
+import { isPlainObject, versionResult } from "./cni.ts";
 
 /** VERSION: the supported CNI versions; needs no config beyond an optional cniVersion. */
 export function version(stdin: string): Record<string, unknown> {
-  let requested: string | undefined;
+  return versionResult(requestedVersion(stdin));
+}
+
+/** The version a result or error is encoded in: the request's when supported, else the latest. */
+export function versionOf(stdin: string): string {
+  return versionResult(requestedVersion(stdin)).cniVersion as string;
+}
+
+function requestedVersion(stdin: string): string | undefined {
   try {
     const raw = JSON.parse(stdin);
-    if (isPlainObject(raw) && typeof raw.cniVersion === "string") requested = raw.cniVersion;
+    return isPlainObject(raw) && typeof raw.cniVersion === "string" ? raw.cniVersion : undefined;
   } catch {
-    requested = undefined;
+    return undefined;
   }
-  return versionResult(requested);
 }

@@ -12,7 +12,7 @@ import { parseArgs } from "node:util";
 import { KEYS } from "../lib/claims.ts";
 import { startMiloDev } from "../milo-dev/spawn.ts";
 import { execCni, type ExecResult } from "./cni_exec.ts";
-import { install } from "./install.ts";
+import { install, type Installed } from "./install.ts";
 
 const TOKEN = "demo-token-tenant-a";
 const SEED = {
@@ -88,33 +88,43 @@ async function main(): Promise<void> {
       vpcattachment: `vpc-7b3e-${cluster}`,
       ipam: {
         type: "milo-ipam",
-        milo: {
-          url:
-            `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane`,
-          tokenFile,
-        },
-        cluster,
         classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
         scope: {
           network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
         },
         gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
         timeouts: { requestMs: 500, totalMs },
-        log: { file: `${dir}/milo-ipam.log` },
       },
     });
-    await Deno.writeTextFile(`${dir}/net.conf`, JSON.stringify(netConf("cluster-a")));
-    await Deno.writeTextFile(`${dir}/node.conf`, "{}");
-    const installed = await install({
-      dir: `${dir}/bin`,
-      config: `${dir}/net.conf`,
-      nodeConfig: `${dir}/node.conf`,
-      resultsDir: `${dir}/results`,
-      stateFile: `${dir}/state/reconcile.json`,
-      quiet: true,
-    });
+    // One install per cluster, as each cluster's nodes have their own node config.
+    const installs: Record<string, Installed> = {};
+    for (const cluster of new Set(NODES.map((n) => n.cluster))) {
+      const nodeConfig = `${dir}/${cluster}/node.json`;
+      await Deno.mkdir(`${dir}/${cluster}`, { recursive: true });
+      await Deno.writeTextFile(
+        nodeConfig,
+        JSON.stringify({
+          milo: {
+            url:
+              `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane`,
+            tokenFile,
+          },
+          cluster,
+          log: { file: `${dir}/milo-ipam.log` },
+          resultsDir: `${dir}/results`,
+          stateDir: `${dir}/${cluster}/state`,
+        }),
+      );
+      installs[cluster] = await install({
+        dir: `${dir}/${cluster}/bin`,
+        config: nodeConfig,
+        quiet: true,
+      });
+    }
     heading("Install");
-    say(`${installed.path} (${installed.kind}) with ${installed.flags.join(" ")}`);
+    for (const [cluster, i] of Object.entries(installs)) {
+      say(`${cluster}: ${i.path} (${i.kind}) with ${i.flags.join(" ")}`);
+    }
 
     const run = (
       pod: Pod,
@@ -122,7 +132,7 @@ async function main(): Promise<void> {
       extra: Record<string, unknown> = {},
       totalMs?: number,
     ) =>
-      execCni(installed.path, {
+      execCni(installs[pod.cluster].path, {
         env: {
           CNI_COMMAND: command,
           CNI_CONTAINERID: pod.containerId,
@@ -130,7 +140,6 @@ async function main(): Promise<void> {
           CNI_NETNS: `/var/run/netns/${pod.name}`,
           CNI_ARGS:
             `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod.name};K8S_POD_UID=${pod.containerId}`,
-          MILO_IPAM_CONFIG: `${dir}/node.conf`,
           NODE_NAME: pod.node,
         },
         stdin: { ...netConf(pod.cluster, totalMs), ...extra },

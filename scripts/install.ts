@@ -1,28 +1,26 @@
 /**
  * Installs milo-ipam as one executable, `DIR/milo-ipam`, sandboxed to the
- * Milo host(s) and files of the given config.
+ * Milo host and the files named by the node config.
  *
- *   deno task install --dir DIR [--config FILE] [--node-config FILE]
- *                     [--allow-host HOST:PORT]... [--results-dir DIR] [--state-file FILE]
+ *   deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]...
  *                     [--mode auto|compile|launcher]
  *
- * `--config` is a node config file, a network config with an `ipam` block, or
- * a conflist. The module is bundled, then `deno compile`d; where compile cannot
- * fetch its runtime, a launcher runs the bundle with a pinned Deno and the
- * same permission flags.
+ * The module is bundled, then `deno compile`d; where compile cannot fetch its
+ * runtime, a launcher runs the bundle with a pinned copy of Deno and the same
+ * permission flags. Every file is replaced atomically, so a runtime never
+ * execs a half-written plugin.
  */
 import { parseArgs } from "node:util";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { type NodeConfig, parseNodeConfig } from "../lib/config.ts";
 import {
-  DEFAULT_LOG_FILE,
   DEFAULT_NODE_CONFIG,
-  DEFAULT_RESULTS_DIR,
-  isPlainObject,
-  mergeConfig,
-} from "../lib/config.ts";
-import { type Grants, netGrant, permissionFlags } from "../lib/permissions.ts";
-import { DEFAULT_STATE_FILE } from "../lib/reconcile.ts";
+  INSTALL_GLOBAL,
+  type InstallSettings,
+  LEGACY_NODE_CONFIG,
+} from "../lib/paths.ts";
+import { type Grants, isInside, netGrant, permissionFlags } from "../lib/permissions.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const DENO_VERSION = "2.9.6";
@@ -38,58 +36,81 @@ export interface Installed {
 /** Options of one installation. */
 export interface InstallOptions {
   dir: string;
+  /** The node config file (default /etc/milo-ipam/node.json). */
   config?: string;
-  nodeConfig?: string;
   allowHosts?: string[];
-  resultsDir?: string;
-  stateFile?: string;
   mode?: "auto" | "compile" | "launcher";
   quiet?: boolean;
 }
 
-async function readJson(path: string): Promise<Record<string, unknown>> {
-  const v = JSON.parse(await Deno.readTextFile(path));
-  if (!isPlainObject(v)) throw new Error(`${path}: not a JSON object`);
-  return v;
+/** The real path of `p` when it exists, else `p` resolved. */
+async function real(p: string): Promise<string> {
+  try {
+    return await Deno.realPath(p);
+  } catch {
+    return resolve(p);
+  }
 }
 
-/** The milo-ipam settings found in a config file (one per milo-ipam ipam block). */
-export function ipamBlocks(file: Record<string, unknown>): Record<string, unknown>[] {
-  const plugins = Array.isArray(file.plugins) ? file.plugins : [file];
-  const blocks = plugins.flatMap((p) =>
-    isPlainObject(p) && isPlainObject(p.ipam) && p.ipam.type === "milo-ipam" ? [p.ipam] : []
-  );
-  if (blocks.length) return blocks;
-  return isPlainObject(file.milo) ? [file] : [];
-}
-
-/** Derives the sandbox grants from the config and node config. */
+/** The sandbox grants the node config calls for (see {@link plan}). */
 export async function grantsFor(o: InstallOptions): Promise<Grants> {
-  const nodePath = o.nodeConfig ?? DEFAULT_NODE_CONFIG;
-  const node = await readJson(nodePath).catch(() => ({}));
-  const file = o.config ? await readJson(o.config) : {};
-  const blocks = ipamBlocks(file);
-  const settings = (blocks.length ? blocks : [{}]).map((b) => mergeConfig(node, b));
-  const stateDir = dirname(resolve(o.stateFile ?? DEFAULT_STATE_FILE));
+  return (await plan(o)).grants;
+}
+
+/**
+ * Reads the node config, derives the sandbox grants from it, and refuses a
+ * layout in which the plugin could write its own credentials or config.
+ */
+async function plan(
+  o: InstallOptions,
+): Promise<{ node: NodeConfig; path: string; grants: Grants }> {
+  const path = resolve(o.config ?? DEFAULT_NODE_CONFIG);
+  let values: unknown;
+  try {
+    values = JSON.parse(await Deno.readTextFile(path));
+  } catch (err) {
+    throw new Error(`cannot read node config ${path}: ${err instanceof Error ? err.message : err}`);
+  }
+  const node = parseNodeConfig(values, path, () => undefined);
+  const m = node.milo;
+  const secrets = [m.tokenFile, m.caFile, m.certFile, m.keyFile].filter((f): f is string => !!f);
+  const socketDir = dirname(node.agent.socket);
   const g: Grants = {
-    net: [...(o.allowHosts ?? [])],
-    read: [DEFAULT_NODE_CONFIG, nodePath, o.resultsDir ?? DEFAULT_RESULTS_DIR, stateDir],
-    write: [stateDir],
+    net: [
+      netGrant(m.url),
+      ...(m.proxy ? [netGrant(m.proxy)] : []),
+      ...(o.allowHosts ?? []),
+      `unix:${node.agent.socket}`,
+      ...agentOnlyNet(node),
+    ],
+    read: [
+      path,
+      DEFAULT_NODE_CONFIG,
+      LEGACY_NODE_CONFIG,
+      ...secrets,
+      node.resultsDir,
+      node.stateDir,
+      socketDir,
+    ],
+    write: [node.log.file, node.stateDir, socketDir],
   };
-  if (o.config) g.read.push(resolve(o.config));
-  for (const s of settings) {
-    const milo = isPlainObject(s.milo) ? s.milo : {};
-    if (typeof milo.url === "string") g.net.push(netGrant(milo.url));
-    for (const k of ["tokenFile", "caFile", "certFile", "keyFile"]) {
-      if (typeof milo[k] === "string") g.read.push(milo[k] as string);
+  const writable = await Promise.all(g.write.map(real));
+  for (const f of [...secrets, path]) {
+    const at = await real(f);
+    const inside = writable.find((w) => isInside(at, w));
+    if (inside) {
+      throw new Error(
+        `refusing to install: ${f} lies inside ${inside}, which the plugin may write; ` +
+          "keep the token, TLS files and node config out of log.file, stateDir and the socket's directory",
+      );
     }
-    const log = isPlainObject(s.log) ? s.log : {};
-    g.write.push(typeof log.file === "string" ? log.file : DEFAULT_LOG_FILE);
   }
-  if (!g.net.length) {
-    throw new Error("no Milo host: give --config with ipam.milo.url, or --allow-host HOST:PORT");
-  }
-  return g;
+  return { node, path, grants: g };
+}
+
+/** Network grants only the agent needs (its metrics listener); the CNI path revokes them. */
+function agentOnlyNet(node: NodeConfig): string[] {
+  return node.agent.metrics ? [node.agent.metrics] : [];
 }
 
 async function run(args: string[], timeoutMs: number): Promise<{ ok: boolean; output: string }> {
@@ -110,21 +131,37 @@ async function run(args: string[], timeoutMs: number): Promise<{ ok: boolean; ou
   }
 }
 
-async function vendorDeno(target: string): Promise<void> {
-  await Deno.remove(target).catch(() => {});
+/** Moves `tmp` over `target` after fsync, with `mode`, owned by root when run as root. */
+async function commit(tmp: string, target: string, mode: number): Promise<void> {
+  const f = await Deno.open(tmp, { read: true, write: true });
   try {
-    await Deno.link(Deno.execPath(), target);
-  } catch {
-    await Deno.copyFile(Deno.execPath(), target);
+    await f.sync();
+  } finally {
+    f.close();
   }
-  await Deno.chmod(target, 0o755);
+  await Deno.chmod(tmp, mode);
+  if (Deno.uid() === 0) await Deno.chown(tmp, 0, 0);
+  await Deno.rename(tmp, target);
+}
+
+/** Writes `data` to `target` atomically (beside it, fsync, rename). */
+async function writeAtomic(target: string, data: string | Uint8Array, mode: number) {
+  const tmp = `${target}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  try {
+    if (typeof data === "string") await Deno.writeTextFile(tmp, data);
+    else await Deno.writeFile(tmp, data);
+    await commit(tmp, target, mode);
+  } catch (err) {
+    await Deno.remove(tmp).catch(() => {});
+    throw err;
+  }
 }
 
 function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
-/** Writes the launcher script: pinned Deno, bundled module, the same flags. */
+/** The launcher script: pinned Deno, bundled module, the same flags. */
 export function launcherScript(deno: string, bundle: string, flags: string[]): string {
   const argv = [
     deno,
@@ -152,25 +189,34 @@ export async function install(o: InstallOptions): Promise<Installed> {
   }
   const dir = resolve(o.dir);
   const support = join(dir, ".milo-ipam");
-  await Deno.mkdir(support, { recursive: true });
-  const flags = permissionFlags(await grantsFor(o));
+  await Deno.mkdir(support, { recursive: true, mode: 0o755 });
+  const { node, path, grants } = await plan(o);
+  const flags = permissionFlags(grants);
   const bundle = join(support, "milo-ipam.js");
-  const bundled = await run(
-    ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", bundle, "main.ts"],
-    COMPILE_TIMEOUT_MS,
-  );
-  if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
+  const raw = `${bundle}.${crypto.randomUUID().slice(0, 8)}.raw`;
+  try {
+    const bundled = await run(
+      ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", raw, "main.ts"],
+      COMPILE_TIMEOUT_MS,
+    );
+    if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
+    const settings: InstallSettings = { nodeConfig: path, agentOnlyNet: agentOnlyNet(node) };
+    const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
+    await writeAtomic(bundle, prelude + await Deno.readTextFile(raw), 0o644);
+  } finally {
+    await Deno.remove(raw).catch(() => {});
+  }
   const target = join(dir, "milo-ipam");
   const mode = o.mode ?? "auto";
   const say = (m: string) => o.quiet || console.error(m);
   if (mode !== "launcher") {
-    const tmp = `${target}.compile-tmp`;
+    const tmp = `${target}.${crypto.randomUUID().slice(0, 8)}.tmp`;
     const compiled = await run(
       ["compile", "--quiet", "--no-config", ...flags, "--output", tmp, bundle],
       COMPILE_TIMEOUT_MS,
     );
     if (compiled.ok) {
-      await Deno.rename(tmp, target);
+      await commit(tmp, target, 0o755);
       say(`installed compiled binary ${target}`);
       return { path: target, kind: "compiled", flags };
     }
@@ -179,9 +225,8 @@ export async function install(o: InstallOptions): Promise<Installed> {
     say(`deno compile unavailable (${firstLine(compiled.output)}); writing a launcher instead`);
   }
   const deno = join(support, "deno");
-  await vendorDeno(deno);
-  await Deno.writeTextFile(target, launcherScript(deno, bundle, flags), { mode: 0o755 });
-  await Deno.chmod(target, 0o755);
+  await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
+  await writeAtomic(target, launcherScript(deno, bundle, flags), 0o755);
   say(`installed launcher ${target} (Deno ${Deno.version.deno})`);
   return { path: target, kind: "launcher", flags };
 }
@@ -197,17 +242,14 @@ if (import.meta.main) {
     options: {
       dir: { type: "string" },
       config: { type: "string" },
-      "node-config": { type: "string" },
       "allow-host": { type: "string", multiple: true },
-      "results-dir": { type: "string" },
-      "state-file": { type: "string" },
       mode: { type: "string", default: "auto" },
     },
   });
   if (!values.dir || !["auto", "compile", "launcher"].includes(values.mode ?? "")) {
     console.error(
-      "usage: deno task install --dir DIR [--config FILE] [--node-config FILE] " +
-        "[--allow-host HOST:PORT]... [--results-dir DIR] [--state-file FILE] [--mode auto|compile|launcher]",
+      "usage: deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]... " +
+        "[--mode auto|compile|launcher]",
     );
     Deno.exit(2);
   }
@@ -215,10 +257,7 @@ if (import.meta.main) {
     const r = await install({
       dir: values.dir,
       config: values.config,
-      nodeConfig: values["node-config"],
       allowHosts: values["allow-host"],
-      resultsDir: values["results-dir"],
-      stateFile: values["state-file"],
       mode: values.mode as InstallOptions["mode"],
     });
     console.log(JSON.stringify(r));

@@ -80,7 +80,7 @@ Deno.test("an IPv6 /96 block claim keeps its block length", async () => {
   const lease = leaseOf(claim!, "ipv6")!;
   assert.equal(lease.prefix, 96);
   assert.equal(formatCidr(lease), "fd20::1:0:3:0:0/96");
-  assert.equal(leaseOf(claim!, "ipv4"), null);
+  assert.throws(() => leaseOf(claim!, "ipv4"), /not IPv4/);
 });
 
 Deno.test("409 on create is reported as an existing name, not an error", async () => {
@@ -105,7 +105,105 @@ Deno.test("DELETE answering the Releasing claim (200) counts as released", async
 Deno.test("LIST sends the label selector and parses IPClaimList", async () => {
   const { client, seen } = scripted([{ status: 200, body: fixture("ipclaim-list.json") }]);
   assert.deepEqual(await client.listClaims("a=b,c=d"), []);
-  assert.match(seen[0].url, /\/ipclaims\?labelSelector=a%3Db%2Cc%3Dd$/);
+  assert.match(seen[0].url, /\/ipclaims\?labelSelector=a%3Db%2Cc%3Dd&limit=500$/);
+});
+
+Deno.test("LIST follows continue tokens until the last page", async () => {
+  const claim = fixture("ipclaim-bound-ipv4.json");
+  const page = (cont?: string) => ({
+    status: 200,
+    body: { kind: "IPClaimList", items: [claim], metadata: cont ? { continue: cont } : {} },
+  });
+  const { client, seen } = scripted([page("t1"), page("t/2"), page()]);
+  assert.equal((await client.listClaims("a=b")).length, 3);
+  assert.equal(seen.length, 3);
+  assert.match(seen[1].url, /&continue=t1$/);
+  assert.match(seen[2].url, /&continue=t%2F2$/);
+});
+
+Deno.test("409 Conflict (a pinned address taken) is a conflict, not an existing claim", async () => {
+  const body = {
+    ...(fixture("status-409-already-exists.json") as object),
+    reason: "Conflict",
+    message: "address 10.40.0.7 is already allocated",
+  };
+  const { client } = scripted([{ status: 409, body }]);
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 103);
+  assert.match(err.message, /already allocated/);
+});
+
+Deno.test("releaseClaim deletes only the same object: uid compared, then sent as a precondition", async () => {
+  const claim = fixture("ipclaim-bound-ipv4.json") as { metadata: { uid: string; name: string } };
+  const name = claim.metadata.name;
+  const released = scripted([{ status: 200, body: claim }, {
+    status: 200,
+    body: fixture("ipclaim-releasing.json"),
+  }]);
+  assert.equal(await released.client.releaseClaim(name, claim.metadata.uid), "released");
+  assert.deepEqual(released.seen.map((r) => r.method), ["GET", "DELETE"]);
+  assert.deepEqual(JSON.parse(released.seen[1].body!).preconditions, { uid: claim.metadata.uid });
+  const changed = scripted([{ status: 200, body: claim }]);
+  assert.equal(await changed.client.releaseClaim(name, "another-uid"), "changed");
+  assert.equal(changed.seen.length, 1, "no DELETE of another object");
+  const raced = scripted([{ status: 200, body: claim }, {
+    status: 409,
+    body: { kind: "Status", code: 409, reason: "Conflict", message: "Precondition failed" },
+  }]);
+  assert.equal(await raced.client.releaseClaim(name, claim.metadata.uid), "changed");
+  const gone = scripted([{ status: 404, body: fixture("status-404-not-found.json") }]);
+  assert.equal(await gone.client.releaseClaim(name, claim.metadata.uid), "absent");
+});
+
+Deno.test("a redirect is never followed: protocol error naming the Location", async () => {
+  for (const status of [301, 303, 307]) {
+    const { client, seen } = scripted([{ status, headers: { location: "https://elsewhere/x" } }]);
+    const err = await rejects(client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"));
+    assert.equal(err.code, 105);
+    assert.match(err.details, /elsewhere/);
+    assert.equal(seen.length, 1);
+  }
+});
+
+Deno.test("a body over 1 MiB is a protocol error; error texts quote little of a body", async () => {
+  const big = scripted([{ status: 200, body: { items: [], pad: "x".repeat(1024 * 1024) } }]);
+  assert.equal((await rejects(big.client.listClaims("a=b"))).code, 105);
+  const html = scripted([{ status: 418, body: "<html>" + "y".repeat(5000) + "</html>" }]);
+  const err = await rejects(html.client.createClaim({}));
+  assert.equal(err.code, 105);
+  assert.ok(err.details.length < 600, `details ${err.details.length} chars`);
+});
+
+Deno.test("408 is retried, 501 is not", async () => {
+  const retried = scripted([{ status: 408 }, {
+    status: 201,
+    body: fixture("ipclaim-bound-ipv4.json"),
+  }]);
+  assert.ok(await retried.client.createClaim({}));
+  assert.equal(retried.seen.length, 2);
+  const notImpl = scripted([{ status: 501 }, {
+    status: 201,
+    body: fixture("ipclaim-bound-ipv4.json"),
+  }]);
+  assert.equal((await rejects(notImpl.client.createClaim({}))).code, 105);
+  assert.equal(notImpl.seen.length, 1);
+});
+
+Deno.test("a token that cannot be a header value is a config error, never retried nor quoted", async () => {
+  const { client, seen } = scripted([], { token: "NEWTOKEN\nOLDTOKEN" });
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 7);
+  assert.equal(seen.length, 0);
+  assert.ok(!`${err.message}${err.details}`.includes("TOKEN"));
+});
+
+Deno.test("claim names from Milo must be DNS-1123 subdomains before they reach a URL", async () => {
+  for (const name of ["..", "a/b", "UPPER", ""]) {
+    const { client, seen } = scripted([]);
+    const err = await rejects(client.deleteClaim(name || "-"));
+    assert.equal(err.code, 105, name);
+    assert.equal(seen.length, 0);
+  }
 });
 
 Deno.test("503 with Retry-After is retried after the advertised delay", async () => {

@@ -323,7 +323,7 @@ Deno.test("plugin verbs against milo-dev over HTTP", async (t) => {
       assert.equal(before.length - after.length, 4, "only the other network's orphans went");
       const empty = await plugin.run({
         command: "GC",
-        stdin: { ...gcConf, "cni.dev/valid-attachments": null },
+        stdin: { ...gcConf, "cni.dev/valid-attachments": [] },
       });
       assertOk(empty);
       assert.equal((await milo.listClaims("tenant-a", `${KEYS.network}=gc-net`)).length, 0);
@@ -353,12 +353,13 @@ Deno.test("plugin verbs against milo-dev over HTTP", async (t) => {
     await t.step("a token of another project is refused on the project path", async () => {
       const base =
         `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-b/control-plane`;
-      const r = await plugin.run({
-        command: "ADD",
-        containerId: "proj",
-        stdin: plugin.netConf({ milo: { url: base, tokenFile: plugin.tokenFile } }),
-      });
-      assertCniError(r, 101, /403/);
+      await plugin.setNode({ milo: { url: base, tokenFile: plugin.tokenFile } });
+      try {
+        const r = await plugin.run({ command: "ADD", containerId: "proj", stdin: conf });
+        assertCniError(r, 101, /403/);
+      } finally {
+        await plugin.setNode({});
+      }
     });
 
     await t.step("transient 503s beyond the deadline end in code 11, in time", async () => {
@@ -377,12 +378,13 @@ Deno.test("plugin verbs against milo-dev over HTTP", async (t) => {
 
     await t.step("a fetch to any host but the installed Milo is refused (code 106)", async () => {
       const other = new URL(milo.adminUrl);
-      const r = await plugin.run({
-        command: "ADD",
-        containerId: "sbx",
-        stdin: plugin.netConf({ milo: { url: other.origin, tokenFile: plugin.tokenFile } }),
-      });
-      assertCniError(r, 106, new RegExp(other.host.replace(/\./g, "\\.")));
+      await plugin.setNode({ milo: { url: other.origin, tokenFile: plugin.tokenFile } });
+      try {
+        const r = await plugin.run({ command: "ADD", containerId: "sbx", stdin: conf });
+        assertCniError(r, 106, new RegExp(other.host.replace(/\./g, "\\.")));
+      } finally {
+        await plugin.setNode({});
+      }
     });
 
     await t.step("every invocation logs one JSON line, never the token", async () => {
@@ -465,16 +467,6 @@ Deno.test("bad input gets a clear CNI error and leases nothing", async (t) => {
         /GC/,
       ],
       [
-        "token file missing",
-        {
-          command: "ADD",
-          containerId: "b1",
-          stdin: plugin.netConf({ milo: { url: milo.url, tokenFile: `${plugin.dir}/absent` } }),
-        },
-        106,
-        /tokenFile/,
-      ],
-      [
         "MILO_IPAM_CONFIG names a missing file",
         {
           command: "ADD",
@@ -506,9 +498,17 @@ Deno.test("plugin over HTTPS: caFile adds trust, and without it TLS is verified"
       assertOk(await plugin.run({ command: "DEL", containerId: "tls-1", stdin: plugin.netConf() }));
     });
     await t.step("without caFile the server's certificate is rejected", async () => {
-      const noCa = plugin.netConf({ milo: { url: milo.url, tokenFile: plugin.tokenFile } });
-      const r = await plugin.run({ command: "ADD", containerId: "tls-2", stdin: noCa });
-      assertCniError(r, 7, /TLS/);
+      await plugin.setNode({ milo: { url: milo.url, tokenFile: plugin.tokenFile } });
+      try {
+        const r = await plugin.run({
+          command: "ADD",
+          containerId: "tls-2",
+          stdin: plugin.netConf(),
+        });
+        assertCniError(r, 7, /TLS/);
+      } finally {
+        await plugin.setNode({});
+      }
     });
   }, { tls: true });
 });
@@ -548,18 +548,7 @@ Deno.test("reconcile releases only claims absent from the result cache twice, gr
     const reconcile = async (...extra: string[]) => {
       const r = await plugin.run({
         command: "",
-        args: [
-          "reconcile",
-          "--config",
-          plugin.configFile,
-          "--results-dir",
-          plugin.resultsDir,
-          "--state",
-          plugin.stateFile,
-          "--grace",
-          "1",
-          ...extra,
-        ],
+        args: ["reconcile", "--grace", "1", ...extra],
       });
       assertOk(r);
       return r.json as {

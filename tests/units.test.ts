@@ -1,18 +1,20 @@
 import assert from "node:assert/strict";
 import { claimName, KEYS, labelValue, ownership } from "../lib/claims.ts";
 import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/cni.ts";
-import { parseNetConf } from "../lib/config.ts";
+import { parseNetConf, parseNodeConfig } from "../lib/config.ts";
 import { CniError } from "../lib/errors.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { grantsFor, launcherScript } from "../scripts/install.ts";
 
-const ipam = {
-  type: "milo-ipam",
-  milo: { url: "https://milo.example.com/base", tokenFile: "/t" },
+const NODE = {
+  milo: { url: "https://milo.example.com/base", tokenFile: "/etc/milo-ipam/token" },
   cluster: "cluster-a",
-  classes: { ipv4: "vpc-pods-ipv4" },
+  node: "n1",
 };
+const node = (over: Record<string, unknown> = {}) =>
+  parseNodeConfig({ ...NODE, ...over }, "/etc/milo-ipam/node.json");
+const ipam = { type: "milo-ipam", classes: { ipv4: "vpc-pods-ipv4" } };
 const conf = (over: Record<string, unknown> = {}, top: Record<string, unknown> = {}) =>
   JSON.stringify({ cniVersion: "1.0.0", name: "vpc", ipam: { ...ipam, ...over }, ...top });
 
@@ -25,49 +27,96 @@ function throwsCni(fn: () => unknown, code: number, pattern: RegExp): void {
   });
 }
 
-Deno.test("config: defaults fill in and the ipam block wins over node config", () => {
-  const c = parseNetConf(conf({ timeouts: { requestMs: 500 } }), {
-    path: "/etc/node.conf",
-    values: { milo: { namespace: "tenant-ns", url: "https://other" }, node: "n1" },
+Deno.test("config: node settings and defaults; the ipam block wins for per-network keys", () => {
+  const n = node({
+    milo: { ...NODE.milo, namespace: "tenant-ns" },
+    classes: { ipv4: "node-default-v4", ipv6: "node-default-v6" },
+    timeouts: { requestMs: 1500, totalMs: 8000 },
   });
-  assert.equal(c.ipam.milo.url, "https://milo.example.com/base");
-  assert.equal(c.ipam.milo.namespace, "tenant-ns");
-  assert.equal(c.ipam.node, "n1");
-  assert.deepEqual(c.ipam.timeouts, { requestMs: 500, totalMs: 10_000 });
-  assert.equal(c.ipam.log.file, "/var/log/milo-ipam.log");
+  const c = parseNetConf(conf({ timeouts: { requestMs: 500 } }), n, "ADD");
+  assert.equal(n.milo.namespace, "tenant-ns");
+  assert.equal(n.node, "n1");
+  assert.equal(n.log.file, "/var/log/milo-ipam.log");
+  assert.equal(n.stateDir, "/var/lib/milo-ipam");
+  assert.deepEqual(c.network.classes, { ipv4: "vpc-pods-ipv4", ipv6: "node-default-v6" });
+  assert.deepEqual(c.network.timeouts, { requestMs: 500, totalMs: 8000 });
+  assert.equal(c.network.reclaimPolicy, "Delete");
+});
+
+Deno.test("config: a network config may not set node settings, unless equal to the node's", () => {
+  const n = node();
+  for (
+    const [over, key] of [
+      [{ milo: { url: "https://evil.example.com" } }, "milo"],
+      [{ milo: { tokenFile: "/tmp/t" } }, "milo"],
+      [{ log: { file: "/etc/milo-ipam/token" } }, "log"],
+      [{ node: "other" }, "node"],
+      [{ cluster: "cluster-b" }, "cluster"],
+      [{ stateDir: "/tmp" }, "stateDir"],
+      [{ resultsDir: "/tmp" }, "resultsDir"],
+      [{ milo: { namespace: "kube-system" } }, "milo"],
+    ] as const
+  ) {
+    throwsCni(() => parseNetConf(conf(over), n, "ADD"), 7, new RegExp(`ipam\\.${key}.*node`));
+  }
+  const same = parseNetConf(conf({ milo: { url: NODE.milo.url }, cluster: "cluster-a" }), n, "DEL");
+  assert.equal(same.network.classes.ipv4, "vpc-pods-ipv4");
+});
+
+Deno.test("config: a network's timeouts stay within the node's", () => {
+  const n = node({ timeouts: { requestMs: 1000, totalMs: 5000 } });
+  throwsCni(() => parseNetConf(conf({ timeouts: { totalMs: 9000 } }), n, "ADD"), 7, /at most 5000/);
+  throwsCni(() => parseNetConf(conf({ timeouts: { requestMs: 2000 } }), n, "ADD"), 7, /requestMs/);
+  const c = parseNetConf(conf({ timeouts: { requestMs: 300, totalMs: 1000 } }), n, "ADD");
+  assert.deepEqual(c.network.timeouts, { requestMs: 300, totalMs: 1000 });
 });
 
 Deno.test("config: errors name the field", () => {
-  const none = { values: {} };
-  throwsCni(() => parseNetConf(conf({ classes: {} }), none), 7, /ipam\.classes/);
-  throwsCni(() => parseNetConf(conf({ cluster: 5 }), none), 7, /ipam\.cluster/);
+  const n = node();
+  throwsCni(() => parseNetConf(conf({ classes: {} }), n, "ADD"), 7, /ipam\.classes/);
   throwsCni(
-    () => parseNetConf(conf({ milo: { url: "http://milo.example.com", tokenFile: "/t" } }), none),
+    () => parseNetConf(conf({ gateways: { ipv4: "fe80::1" } }), n, "ADD"),
     7,
-    /ipam\.milo\.url/,
+    /gateways\.ipv4/,
   );
-  throwsCni(
-    () => parseNetConf(conf({ gateways: { ipv4: "fe80::1" } }), none),
-    7,
-    /ipam\.gateways\.ipv4/,
-  );
-  throwsCni(
-    () => parseNetConf(conf({ timeouts: { requestMs: 9000, totalMs: 1000 } }), none),
-    7,
-    /requestMs/,
-  );
-  throwsCni(() => parseNetConf(conf({}, { name: "" }), none), 7, /field name/);
-  throwsCni(() => parseNetConf("[1]", none), 6, /JSON object/);
-  throwsCni(() => parseNetConf("{", none), 6, /not valid JSON/);
+  throwsCni(() => parseNetConf(conf({}, { name: "" }), n, "ADD"), 7, /field name/);
+  throwsCni(() => parseNetConf(conf({}, { vpc: "v".repeat(300) }), n, "ADD"), 7, /field vpc/);
+  throwsCni(() => parseNetConf("[1]", n, "ADD"), 6, /JSON object/);
+  throwsCni(() => parseNetConf("{", n, "ADD"), 6, /not valid JSON/);
+  throwsCni(() => node({ cluster: 5 }), 7, /field cluster/);
+  throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
+  throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
+  throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
 });
 
 Deno.test("config: plain http is accepted for loopback only", () => {
   for (const url of ["http://127.0.0.1:8080", "http://[::1]:80", "http://localhost:1"]) {
-    assert.equal(
-      parseNetConf(conf({ milo: { url, tokenFile: "/t" } }), { values: {} }).ipam.milo.url,
-      url,
-    );
+    assert.equal(node({ milo: { ...NODE.milo, url } }).milo.url, url);
   }
+});
+
+Deno.test("config: GC needs the attachment list (or its older name); CHECK parses prevResult", () => {
+  const n = node();
+  throwsCni(() => parseNetConf(conf({}, { cniVersion: "1.1.0" }), n, "GC"), 7, /valid-attachments/);
+  throwsCni(
+    () =>
+      parseNetConf(conf({}, { cniVersion: "1.1.0", "cni.dev/valid-attachments": null }), n, "GC"),
+    7,
+    /valid-attachments/,
+  );
+  const old = parseNetConf(
+    conf({}, { cniVersion: "1.1.0", "cni.dev/attachments": [{ containerID: "c", ifname: "e" }] }),
+    n,
+    "GC",
+  );
+  assert.equal(old.validAttachments?.size, 1);
+  throwsCni(() => parseNetConf(conf({}, { cniVersion: "1.0.0" }), n, "GC"), 1, /GC/);
+  const chk = parseNetConf(
+    conf({}, { prevResult: { ips: [{ address: "10.0.0.1/32" }] } }),
+    n,
+    "CHECK",
+  );
+  assert.equal(chk.prevResult?.get("ipv4")?.[0].ip, "10.0.0.1");
 });
 
 Deno.test("env: each missing variable is named, code 4", () => {
@@ -173,39 +222,36 @@ Deno.test("permission flags come from one list and grant only what is named", ()
   assert.ok(!flags.some((f) => f === "--allow-all" || f === "-A" || f === "--allow-net"));
 });
 
-Deno.test("install grants come from every milo-ipam block of a conflist, for launcher and binary", async () => {
+Deno.test("install grants come from the node config, for launcher and binary alike", async () => {
   const dir = await Deno.makeTempDir();
   try {
-    const plugin = (url: string, tokenFile: string) => ({
-      type: "bridge",
-      ipam: { type: "milo-ipam", milo: { url, tokenFile }, cluster: "c", classes: { ipv4: "x" } },
+    const path = `${dir}/node.json`;
+    const write = (v: Record<string, unknown>) => Deno.writeTextFile(path, JSON.stringify(v));
+    await write({
+      ...NODE,
+      milo: { ...NODE.milo, caFile: "/etc/milo-ipam/ca.crt", proxy: "http://proxy.example:3128" },
+      log: { file: `${dir}/log/milo-ipam.log` },
+      stateDir: `${dir}/state`,
     });
-    await Deno.writeTextFile(
-      `${dir}/net.conflist`,
-      JSON.stringify({
-        cniVersion: "1.0.0",
-        name: "n",
-        plugins: [
-          plugin("https://milo-a.example.com/base", "/run/a-token"),
-          plugin("http://127.0.0.1:8080", "/run/b-token"),
-          { type: "portmap" },
-        ],
-      }),
-    );
-    const g = await grantsFor({
-      dir: `${dir}/bin`,
-      config: `${dir}/net.conflist`,
-      nodeConfig: `${dir}/node.conf`,
-    });
-    assert.deepEqual(g.net.sort(), ["127.0.0.1:8080", "milo-a.example.com:443"]);
-    assert.ok(g.read.includes("/run/a-token") && g.read.includes("/run/b-token"));
-    assert.ok(g.read.includes(`${dir}/node.conf`));
-    assert.deepEqual([...new Set(g.write)].length, 2, "log file and reconcile state dir");
+    const g = await grantsFor({ dir: `${dir}/bin`, config: path });
+    assert.deepEqual(g.net.sort(), ["milo.example.com:443", "proxy.example:3128"]);
+    assert.ok(g.read.includes("/etc/milo-ipam/token") && g.read.includes("/etc/milo-ipam/ca.crt"));
+    assert.ok(g.read.includes(path));
+    assert.deepEqual(g.write.sort(), [`${dir}/log/milo-ipam.log`, `${dir}/state`]);
     const flags = permissionFlags(g);
+    assert.ok(flags.some((f) => f.startsWith("--allow-env=") && f.includes("HTTPS_PROXY")));
     const script = launcherScript("/opt/deno", "/opt/milo-ipam.js", flags);
     for (const f of flags) assert.ok(script.includes(`'${f}'`), f);
     assert.match(script, /'run' '--no-config'.*'\/opt\/milo-ipam\.js' "\$@"/);
-    await assert.rejects(grantsFor({ dir, config: `${dir}/node.conf` }));
+    await write({
+      ...NODE,
+      milo: { ...NODE.milo, tokenFile: `${dir}/state/token` },
+      stateDir: `${dir}/state`,
+    });
+    await assert.rejects(grantsFor({ dir, config: path }), /token.*inside/);
+    await write({ ...NODE, log: { file: NODE.milo.tokenFile } });
+    await assert.rejects(grantsFor({ dir, config: path }), /inside/);
+    await assert.rejects(grantsFor({ dir, config: `${dir}/absent.json` }), /cannot read/);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -104,6 +104,8 @@ export const SEED = {
 
 /** Timeouts of the plugin in the e2e configs (the plugin's defaults). */
 export const TIMEOUTS = { requestMs: 2000, totalMs: 10_000 };
+/** The node configs' timeouts: the limits every network config of the e2e stays within. */
+const NODE_TIMEOUT_LIMITS = { requestMs: 10_000, totalMs: 30_000 };
 
 // deno-lint-ignore no-explicit-any
 export type Json = any;
@@ -151,7 +153,6 @@ interface Install {
   cluster: string;
   bin: string;
   wrapDir: string;
-  configFile: string;
   nodeConfig: string;
   logFile: string;
 }
@@ -251,21 +252,18 @@ export class World {
     }
     await this.startMilo();
     this.#startAgent();
-    for (const cluster of ["cluster-a", "cluster-b"]) await this.#install(cluster);
+    for (const node of NODE_NAMES) await this.#install(node);
   }
 
-  /** The milo-ipam `ipam` block of a cluster. */
-  ipam(cluster: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  /** The milo-ipam `ipam` block of a network (the same on every cluster: per-network keys only). */
+  ipam(_cluster: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
     return {
       type: "milo-ipam",
-      milo: { url: this.miloUrl, tokenFile: this.tokenFile, caFile: this.caFile },
-      cluster,
       classes: { ipv4: "vpc-pods-ipv4" },
       scope: {
         network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NET_BRIDGE },
       },
       timeouts: this.timeouts,
-      log: { file: `${this.dir}/milo-ipam-${cluster}.log`, level: "info" },
       ...extra,
     };
   }
@@ -299,21 +297,31 @@ export class World {
     };
   }
 
-  async #install(cluster: string): Promise<void> {
-    const base = `${this.dir}/${cluster}`;
-    const configFile = `${base}/net.conf`;
+  /** Installs milo-ipam on one node, as a node's own /opt/cni/bin with its node config. */
+  async #install(node: NodeName): Promise<void> {
+    const cluster = NODES[node].cluster;
+    const base = `${this.dir}/${node}`;
+    const nodeConfig = `${base}/node.json`;
+    const logFile = `${this.dir}/milo-ipam-${cluster}.log`;
     await Deno.mkdir(base, { recursive: true });
-    // An (empty) node config; MILO_IPAM_CONFIG names it in every invocation.
-    await Deno.writeTextFile(`${base}/node.conf`, "{}\n");
-    await Deno.writeTextFile(configFile, JSON.stringify(this.bridgeConf(cluster), null, 2));
-    const installed = await install({
-      dir: `${base}/bin`,
-      config: configFile,
-      nodeConfig: `${base}/node.conf`,
-      resultsDir: this.cacheRoot,
-      stateFile: `${this.stateDir}/reconcile.json`,
-      quiet: true,
-    });
+    await Deno.writeTextFile(
+      nodeConfig,
+      JSON.stringify(
+        {
+          milo: { url: this.miloUrl, tokenFile: this.tokenFile, caFile: this.caFile },
+          cluster,
+          node,
+          log: { file: logFile, level: "info" },
+          resultsDir: this.cacheDir(node),
+          stateDir: `${this.stateDir}/${node}`,
+          timeouts: NODE_TIMEOUT_LIMITS,
+          gc: { minAgeS: 0 },
+        },
+        null,
+        2,
+      ),
+    );
+    const installed = await install({ dir: `${base}/bin`, config: nodeConfig, quiet: true });
     // CNI_PATH's first directory holds a wrapper that can SIGKILL the real plugin
     // after E2E_KILL_AFTER seconds (a plugin process killed mid-ADD).
     const wrapDir = `${base}/wrap`;
@@ -330,14 +338,7 @@ export class World {
       { mode: 0o755 },
     );
     await Deno.chmod(`${wrapDir}/milo-ipam`, 0o755);
-    this.installs[cluster] = {
-      cluster,
-      bin: installed.path,
-      wrapDir,
-      configFile,
-      nodeConfig: `${base}/node.conf`,
-      logFile: `${this.dir}/milo-ipam-${cluster}.log`,
-    };
+    this.installs[node] = { cluster, bin: installed.path, wrapDir, nodeConfig, logFile };
   }
 
   // ---------------------------------------------------------------- milo-dev
@@ -653,7 +654,7 @@ export class World {
     const conf = { ...this.confOf(pod) };
     const cached = await this.#readCache(pod);
     if (cached?.result) conf.prevResult = cached.result;
-    const inst = this.installs[NODES[pod.node].cluster];
+    const inst = this.installs[pod.node];
     const r = await execIn(this.nodeNs(pod.node), `${inst.wrapDir}/milo-ipam`, [], {
       env: this.#env("CHECK", pod),
       stdin: JSON.stringify(conf),
@@ -663,10 +664,8 @@ export class World {
   }
 
   #env(verb: string, pod: Pod): Record<string, string> {
-    const inst = this.installs[NODES[pod.node].cluster];
+    const inst = this.installs[pod.node];
     return {
-      NODE_NAME: pod.node,
-      MILO_IPAM_CONFIG: inst.nodeConfig,
       CNI_COMMAND: verb,
       CNI_CONTAINERID: pod.containerId,
       CNI_NETNS: `/var/run/netns/${pod.netns}`,
@@ -693,13 +692,8 @@ export class World {
       cniVersion: "1.1.0",
       "cni.dev/valid-attachments": valid,
     };
-    const r = await execIn(this.nodeNs(node), this.installs[cluster].bin, [], {
-      env: {
-        NODE_NAME: node,
-        MILO_IPAM_CONFIG: this.installs[cluster].nodeConfig,
-        CNI_COMMAND: "GC",
-        CNI_PATH: `${this.installs[cluster].wrapDir}:${CNI_BIN}`,
-      },
+    const r = await execIn(this.nodeNs(node), this.installs[node].bin, [], {
+      env: { CNI_COMMAND: "GC", CNI_PATH: `${this.installs[node].wrapDir}:${CNI_BIN}` },
       stdin: JSON.stringify(conf),
       timeoutMs: 60_000,
     });
@@ -711,25 +705,9 @@ export class World {
     node: NodeName,
     o: { graceS: number; dryRun?: boolean },
   ): Promise<{ code: number; report: Json; stdout: string; stderr: string }> {
-    const inst = this.installs[NODES[node].cluster];
-    const args = [
-      "reconcile",
-      "--config",
-      inst.configFile,
-      "--results-dir",
-      this.cacheDir(node),
-      "--state",
-      `${this.stateDir}/reconcile-${node}.json`,
-      "--grace",
-      String(o.graceS),
-      "--node",
-      node,
-    ];
-    if (o.dryRun) args.push("--dry-run");
-    const r = await execIn(this.nodeNs(node), inst.bin, args, {
-      env: { MILO_IPAM_CONFIG: inst.nodeConfig },
-      timeoutMs: 120_000,
-    });
+    const inst = this.installs[node];
+    const args = ["reconcile", "--grace", String(o.graceS), ...(o.dryRun ? ["--dry-run"] : [])];
+    const r = await execIn(this.nodeNs(node), inst.bin, args, { env: {}, timeoutMs: 120_000 });
     let report: Json;
     try {
       report = JSON.parse(r.stdout);
@@ -820,7 +798,7 @@ export class World {
 
   /** Reads the plugin log lines of a cluster. */
   async pluginLog(cluster: string): Promise<Json[]> {
-    const text = await Deno.readTextFile(this.installs[cluster].logFile).catch(() => "");
+    const text = await Deno.readTextFile(`${this.dir}/milo-ipam-${cluster}.log`).catch(() => "");
     return text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
   }
 

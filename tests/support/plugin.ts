@@ -22,19 +22,22 @@ export interface RunOptions {
   timeoutMs?: number;
 }
 
-/** An installed plugin with its own token, log and node config files. */
+/** An installed plugin with its own token, log, state and node config files. */
 export interface TestPlugin {
   installed: Installed;
   dir: string;
   tokenFile: string;
   logFile: string;
+  /** The node config file, baked into the install (no MILO_IPAM_CONFIG needed). */
   nodeConfig: string;
-  /** The installed network config file (a bridge config delegating to milo-ipam). */
-  configFile: string;
   /** libcni-style result cache directory granted to the plugin. */
   resultsDir: string;
-  /** Reconcile state file granted to the plugin. */
-  stateFile: string;
+  /** milo-ipam's state directory (reconcile state, release journal). */
+  stateDir: string;
+  /** The node config as installed. */
+  node: Record<string, unknown>;
+  /** Rewrites the node config file: `over` replaces top-level keys of the installed one. */
+  setNode(over: Record<string, unknown>): Promise<void>;
   /** A network config (bridge master) delegating to milo-ipam; `ipam` fields override. */
   netConf(ipam?: Record<string, unknown>, top?: Record<string, unknown>): Record<string, unknown>;
   run(o: RunOptions): Promise<RunResult>;
@@ -50,24 +53,40 @@ export async function installPlugin(o: {
   cluster?: string;
   node?: string;
   classes?: Record<string, string>;
+  /** Extra node config keys. */
+  nodeConfig?: Record<string, unknown>;
+  allowHosts?: string[];
 }): Promise<TestPlugin> {
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-plugin-" });
   const tokenFile = `${dir}/token`;
   const logFile = `${dir}/milo-ipam.log`;
-  const nodeConfig = `${dir}/node.conf`;
+  const nodeConfig = `${dir}/node.json`;
+  const resultsDir = `${dir}/results`;
+  const stateDir = `${dir}/state`;
   await Deno.writeTextFile(tokenFile, o.token + "\n");
-  await Deno.writeTextFile(nodeConfig, JSON.stringify({ node: o.node ?? "node-a1" }));
-  const baseIpam = {
-    type: "milo-ipam",
+  await Deno.mkdir(resultsDir);
+  await Deno.mkdir(stateDir);
+  const node: Record<string, unknown> = {
     milo: { url: o.miloUrl, tokenFile, ...(o.caFile ? { caFile: o.caFile } : {}) },
     cluster: o.cluster ?? "cluster-a",
+    node: o.node ?? "node-a1",
+    log: { file: logFile, level: "debug" },
+    resultsDir,
+    stateDir,
+    timeouts: { requestMs: 1000, totalMs: 4000 },
+    gc: { minAgeS: 0 },
+    ...o.nodeConfig,
+  };
+  const writeNode = (v: Record<string, unknown>) =>
+    Deno.writeTextFile(nodeConfig, JSON.stringify(v, null, 2));
+  await writeNode(node);
+  const baseIpam = {
+    type: "milo-ipam",
     classes: o.classes ?? { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
     scope: {
       network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
     },
     gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
-    timeouts: { requestMs: 1000, totalMs: 4000 },
-    log: { file: logFile, level: "debug" },
   };
   const netConf = (ipam: Record<string, unknown> = {}, top: Record<string, unknown> = {}) => ({
     cniVersion: "1.1.0",
@@ -79,18 +98,10 @@ export async function installPlugin(o: {
     ipam: { ...baseIpam, ...ipam },
     ...top,
   });
-  const configFile = `${dir}/net.conf`;
-  await Deno.writeTextFile(configFile, JSON.stringify(netConf()));
-  const resultsDir = `${dir}/results`;
-  const stateFile = `${dir}/state/reconcile.json`;
-  await Deno.mkdir(resultsDir);
-  await Deno.mkdir(`${dir}/state`);
   const installed = await install({
     dir: `${dir}/bin`,
-    config: configFile,
-    nodeConfig,
-    resultsDir,
-    stateFile,
+    config: nodeConfig,
+    allowHosts: o.allowHosts,
     quiet: true,
   });
   const run = async (r: RunOptions): Promise<RunResult> => {
@@ -104,7 +115,6 @@ export async function installPlugin(o: {
       CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${r.podNamespace ?? "shop"};K8S_POD_NAME=${
         r.podName ?? "web-0"
       };K8S_POD_UID=uid-${r.containerId ?? "none"}`,
-      MILO_IPAM_CONFIG: nodeConfig,
     };
     for (const [k, v] of Object.entries(r.env ?? {})) {
       if (v === undefined) delete env[k];
@@ -124,9 +134,10 @@ export async function installPlugin(o: {
     tokenFile,
     logFile,
     nodeConfig,
-    configFile,
     resultsDir,
-    stateFile,
+    stateDir,
+    node,
+    setNode: (over) => writeNode({ ...node, ...over }),
     netConf,
     run,
     logLines: async () =>

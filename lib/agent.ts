@@ -1,0 +1,274 @@
+/**
+ * `milo-ipam agent`: one resident process per node. It answers the exec'd
+ * plugin's invocations on a unix socket with the same `invoke` the plugin
+ * runs itself, over one warm HTTP client (kept-alive connections, no TLS
+ * handshake per call), runs the node reconcile on a timer, and serves
+ * Prometheus metrics on a loopback port.
+ */
+import { parseArgs } from "node:util";
+import { type NodeConfig, readNodeConfig } from "./config.ts";
+import { CniError, errorText, toCniError } from "./errors.ts";
+import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
+import { invoke } from "./invoke.ts";
+import { Logger } from "./log.ts";
+import { Metrics } from "./metrics.ts";
+import { createHttpClient, MiloClient, readTlsMaterial, readToken } from "./milo.ts";
+import { reconcile } from "./reconcile.ts";
+import { FALLBACK_COUNTER } from "./run.ts";
+
+/** How long a connection may take to deliver its request. */
+const REQUEST_READ_MS = 5_000;
+/** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
+const RETIRE_CLIENT_MS = 300_000;
+
+/** One HTTP client for as long as the node's TLS material and proxy stay the same. */
+class WarmClient {
+  #key: string | undefined;
+  #client: Deno.HttpClient | undefined;
+
+  async for(node: NodeConfig): Promise<Deno.HttpClient | undefined> {
+    const material = await readTlsMaterial(node);
+    const key = JSON.stringify(material);
+    if (key !== this.#key) {
+      const old = this.#client;
+      if (old) Deno.unrefTimer(setTimeout(() => old.close(), RETIRE_CLIENT_MS));
+      this.#client = createHttpClient(material);
+      this.#key = key;
+    }
+    return this.#client;
+  }
+
+  close(): void {
+    this.#client?.close();
+  }
+}
+
+/** A running agent. */
+export class Agent {
+  readonly metrics = new Metrics();
+  readonly #env: (name: string) => string | undefined;
+  readonly #warm = new WarmClient();
+  readonly #inflight = new Set<Promise<void>>();
+  readonly #logger = new Logger();
+  #listener: Deno.Listener | undefined;
+  #metricsServer: Deno.HttpServer | undefined;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #reconciling: Promise<void> | undefined;
+  #node: NodeConfig;
+
+  constructor(node: NodeConfig, env: (name: string) => string | undefined) {
+    this.#node = node;
+    this.#env = env;
+    this.#logger.configure(node.log.file, node.log.level);
+  }
+
+  /** The socket path it listens on. */
+  get socket(): string {
+    return this.#node.agent.socket;
+  }
+
+  /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
+  async start(): Promise<void> {
+    const path = this.socket;
+    const dir = path.slice(0, path.lastIndexOf("/")) || "/";
+    await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+    await removeStaleSocket(path);
+    this.#listener = Deno.listen({ transport: "unix", path });
+    await Deno.chmod(path, 0o600);
+    this.#accept(this.#listener);
+    const m = this.#node.agent.metrics;
+    if (m) {
+      const at = m.lastIndexOf(":");
+      this.#metricsServer = Deno.serve({
+        hostname: m.slice(0, at).replace(/^\[|\]$/g, ""),
+        port: Number(m.slice(at + 1)),
+        onListen: () => {},
+      }, (req) => this.#serveMetrics(req));
+    }
+    const every = this.#node.agent.reconcileIntervalS * 1000;
+    this.#timer = setInterval(() => this.reconcileNow(), every);
+    this.reconcileNow();
+  }
+
+  /** Stops accepting, finishes the calls in flight, removes the socket. */
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    try {
+      this.#listener?.close();
+    } catch {
+      // Closed already.
+    }
+    await Deno.remove(this.socket).catch(() => {});
+    await Promise.allSettled([...this.#inflight, this.#reconciling]);
+    await this.#metricsServer?.shutdown();
+    this.#warm.close();
+  }
+
+  #accept(listener: Deno.Listener): void {
+    (async () => {
+      try {
+        for await (const conn of listener) {
+          const p = this.#serve(conn).finally(() => this.#inflight.delete(p));
+          this.#inflight.add(p);
+        }
+      } catch {
+        // Listener closed.
+      }
+    })();
+  }
+
+  async #serve(conn: Deno.Conn): Promise<void> {
+    try {
+      const reader = new FrameReader(conn);
+      const read = (async () => [await reader.json<RequestHeader>(), await reader.next()] as const)();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<null>((r) => timer = setTimeout(() => r(null), REQUEST_READ_MS));
+      const got = await Promise.race([read, late]).finally(() => clearTimeout(timer));
+      if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
+      const [header, stdin] = got;
+      const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
+      // Frames go out one after the other: the ack may still be writing when the reply is ready.
+      let sending = Promise.resolve();
+      const send = (frame: AgentFrame) =>
+        sending = sending.then(() => writeJson(conn, frame)).catch(() => {});
+      const reply = await invoke({ env, stdin, started: header.started }, {
+        nodeConfig: () => readNodeConfig(env),
+        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
+        onDeadline: (deadline, cniVersion) => void send({ kind: "ack", deadline, cniVersion }),
+      });
+      const stdout = reply.stdout ? JSON.stringify(reply.stdout) + "\n" : "";
+      await send({ kind: "reply", exitCode: reply.exitCode, stdout });
+      const verb = String(reply.record.verb ?? "none");
+      const code = String(reply.exitCode === 0 ? 0 : reply.stdout?.code ?? 1);
+      this.metrics.calls.add({ verb, code });
+      this.metrics.latency.observe({ verb }, (Date.now() - header.started) / 1000);
+      if (reply.node) {
+        this.#logger.configure(reply.node.log.file, reply.node.log.level);
+        if (reply.node.warning) await this.#logger.write("warn", { msg: reply.node.warning });
+        await this.#logger.write(reply.exitCode === 0 ? "info" : "error", {
+          ...reply.record,
+          via: "agent",
+        });
+      }
+    } catch (err) {
+      await this.#logger.write("error", { msg: "agent connection failed", error: errorText(err) });
+    } finally {
+      try {
+        conn.close();
+      } catch {
+        // Closed already.
+      }
+    }
+  }
+
+  async #open(node: NodeConfig, requestMs: number, deadline: number): Promise<MiloClient> {
+    let token: string;
+    try {
+      token = await readToken(node);
+    } catch (err) {
+      this.metrics.tokenReloadFailures.add();
+      throw err;
+    }
+    return new MiloClient({
+      baseUrl: node.milo.url.replace(/\/+$/, ""),
+      namespace: node.milo.namespace,
+      token,
+      requestMs,
+      deadline,
+      client: await this.#warm.for(node),
+      onRequest: (e) => {
+        this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
+        if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
+      },
+    });
+  }
+
+  /** Runs one node reconcile now (skipped while one is running). */
+  reconcileNow(): Promise<void> {
+    if (this.#reconciling) return this.#reconciling;
+    this.#reconciling = this.#reconcile().finally(() => this.#reconciling = undefined);
+    return this.#reconciling;
+  }
+
+  async #reconcile(): Promise<void> {
+    const startedAt = Date.now();
+    try {
+      const node = await readNodeConfig(this.#env);
+      this.#node = node;
+      const t = node.timeouts;
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs);
+      const r = await reconcile({
+        node,
+        milo,
+        graceMs: node.reconcile.graceS * 1000,
+        dryRun: false,
+      });
+      const waiting = r.kept.filter((k) => /absent|younger/.test(k.reason)).length;
+      this.metrics.reconcileCandidates.add({}, waiting + r.released.length);
+      for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
+      await this.#logger.write(r.errors.length ? "error" : "info", {
+        verb: "RECONCILE",
+        node: r.node,
+        released: r.released.map((x) => x.claim),
+        kept: r.kept.length,
+        journal: r.journal,
+        errors: r.errors,
+        durationMs: Date.now() - startedAt,
+      });
+    } catch (err) {
+      const e = toCniError(err);
+      await this.#logger.write("error", { verb: "RECONCILE", code: e.code, msg: e.message });
+    }
+  }
+
+  async #serveMetrics(req: Request): Promise<Response> {
+    if (new URL(req.url).pathname !== "/metrics") {
+      return new Response("not found\n", { status: 404 });
+    }
+    const size = await Deno.stat(`${this.#node.stateDir}/${FALLBACK_COUNTER}`)
+      .then((s) => s.size, () => 0);
+    return new Response(this.metrics.render(size), {
+      headers: { "content-type": "text/plain; version=0.0.4" },
+    });
+  }
+}
+
+/** Removes a socket file nobody answers on; refuses to start beside a live agent. */
+async function removeStaleSocket(path: string): Promise<void> {
+  try {
+    const info = await Deno.lstat(path);
+    if (!info.isSocket) throw new CniError("config", `${path} exists and is not a socket`);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return;
+    throw err;
+  }
+  try {
+    const c = await Deno.connect({ transport: "unix", path });
+    c.close();
+    throw new CniError("config", `another agent answers on ${path}`);
+  } catch (err) {
+    if (err instanceof CniError) throw err;
+    await Deno.remove(path);
+  }
+}
+
+/** CLI entry: `milo-ipam agent [--config FILE]`; runs until SIGTERM or SIGINT. */
+export async function agentCli(args: string[]): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({ args, options: { config: { type: "string" } } }));
+  } catch (err) {
+    throw new CniError("config", "usage: milo-ipam agent [--config FILE]", errorText(err));
+  }
+  const env = (n: string) =>
+    n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
+  const agent = new Agent(await readNodeConfig(env), env);
+  await agent.start();
+  console.error(`milo-ipam agent listening on ${agent.socket}`);
+  const { promise, resolve } = Promise.withResolvers<string>();
+  for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, () => resolve(sig));
+  const sig = await promise;
+  console.error(`milo-ipam agent: ${sig}, finishing calls in flight`);
+  await agent.stop();
+  return 0;
+}

@@ -1,0 +1,74 @@
+/**
+ * The agent's wire format on its unix socket: length-prefixed frames (a
+ * 4-byte big-endian length, then the bytes). A request is a JSON header frame
+ * and a stdin frame; the agent answers an optional `ack` frame (the deadline
+ * and result version, once it has read the config) and one `reply` frame.
+ */
+
+/** Largest frame accepted (stdin is at most 1 MiB + 1 byte). */
+export const MAX_FRAME_BYTES = 2 * 1024 * 1024;
+
+/** The header of a request: the CNI environment and when the plugin process started. */
+export interface RequestHeader {
+  v: 1;
+  env: Record<string, string>;
+  started: number;
+}
+
+/** What the agent answers. */
+export type AgentFrame =
+  | { kind: "ack"; deadline: number; cniVersion: string }
+  | { kind: "reply"; exitCode: number; stdout: string };
+
+/** Writes one frame. */
+export async function writeFrame(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  const out = new Uint8Array(4 + bytes.byteLength);
+  new DataView(out.buffer).setUint32(0, bytes.byteLength);
+  out.set(bytes, 4);
+  for (let at = 0; at < out.byteLength;) at += await conn.write(out.subarray(at));
+}
+
+/** Writes a JSON frame. */
+export function writeJson(conn: Deno.Conn, value: unknown): Promise<void> {
+  return writeFrame(conn, new TextEncoder().encode(JSON.stringify(value)));
+}
+
+/** Reads frames from a connection; `next()` answers null at end of stream. */
+export class FrameReader {
+  #buf = new Uint8Array(0);
+  readonly #conn: Deno.Conn;
+
+  constructor(conn: Deno.Conn) {
+    this.#conn = conn;
+  }
+
+  async #fill(n: number): Promise<boolean> {
+    while (this.#buf.byteLength < n) {
+      const chunk = new Uint8Array(Math.max(64 * 1024, n - this.#buf.byteLength));
+      const got = await this.#conn.read(chunk);
+      if (got === null) return false;
+      const merged = new Uint8Array(this.#buf.byteLength + got);
+      merged.set(this.#buf);
+      merged.set(chunk.subarray(0, got), this.#buf.byteLength);
+      this.#buf = merged;
+    }
+    return true;
+  }
+
+  /** The next frame's bytes, or null when the stream ended first. */
+  async next(): Promise<Uint8Array | null> {
+    if (!await this.#fill(4)) return null;
+    const len = new DataView(this.#buf.buffer, this.#buf.byteOffset).getUint32(0);
+    if (len > MAX_FRAME_BYTES) throw new Error(`frame of ${len} bytes exceeds the limit`);
+    if (!await this.#fill(4 + len)) return null;
+    const frame = this.#buf.slice(4, 4 + len);
+    this.#buf = this.#buf.slice(4 + len);
+    return frame;
+  }
+
+  /** The next frame as JSON, or null at end of stream. */
+  async json<T>(): Promise<T | null> {
+    const f = await this.next();
+    return f === null ? null : JSON.parse(new TextDecoder().decode(f)) as T;
+  }
+}

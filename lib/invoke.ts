@@ -1,0 +1,122 @@
+/**
+ * One CNI invocation from its inputs (environment, stdin, start time) to its
+ * answer (exit code, stdout JSON, log record). The exec'd plugin and the node
+ * agent both run invocations through here, so both paths mean the same.
+ */
+import { add } from "./add.ts";
+import { check } from "./check.ts";
+import { attachmentOf } from "./claims.ts";
+import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from "./cni.ts";
+import { type NodeConfig, parseNetConf } from "./config.ts";
+import { del } from "./del.ts";
+import { toCniError } from "./errors.ts";
+import { gc } from "./gc.ts";
+import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
+import { Journal } from "./journal.ts";
+import type { MiloClient } from "./milo.ts";
+import { status } from "./status.ts";
+import { decodeStdin } from "./stdin.ts";
+import { version, versionOf } from "./version.ts";
+
+const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
+  ADD: add,
+  DEL: del,
+  CHECK: check,
+  STATUS: status,
+  GC: gc,
+};
+
+/** The inputs of one invocation. */
+export interface InvokeRequest {
+  env: (name: string) => string | undefined;
+  /** Stdin as read (at most one byte over the limit, which is refused). */
+  stdin: Uint8Array;
+  /** When the plugin process started (ms since epoch); `timeouts.totalMs` counts from here. */
+  started: number;
+}
+
+/** What an invocation needs from where it runs. */
+export interface InvokeDeps {
+  nodeConfig(): Promise<NodeConfig>;
+  openMilo(node: NodeConfig, requestMs: number, deadline: number): Promise<MiloClient>;
+  /** Told the final deadline (ms since epoch) and the result's version once the config fixes them. */
+  onDeadline?(deadline: number, cniVersion: string): void;
+  now?(): number;
+}
+
+/** The answer of one invocation. */
+export interface Reply {
+  exitCode: 0 | 1;
+  /** The JSON to print on stdout, if any. */
+  stdout?: Record<string, unknown>;
+  /** The log line. */
+  record: Record<string, unknown>;
+  /** The node config, when it was read (the log file and level come from it). */
+  node?: NodeConfig;
+}
+
+/**
+ * The slice of `totalMs` kept back for rolling back a half ADD: a fifth,
+ * between 100 ms and 2 s, so a rollback gets at least one real attempt even
+ * when the main budget was spent waiting on Milo.
+ */
+export function rollbackReserveMs(totalMs: number): number {
+  return Math.min(2_000, Math.max(100, Math.round(totalMs / 5)));
+}
+
+/** Runs one invocation; never throws. */
+export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Reply> {
+  const now = deps.now ?? Date.now;
+  let cniVersion: string = LATEST_VERSION;
+  const record: Record<string, unknown> = { verb: req.env("CNI_COMMAND") ?? null };
+  let node: NodeConfig | undefined;
+  let milo: MiloClient | undefined;
+  const finish = (r: Omit<Reply, "record" | "node">, extra: Record<string, unknown>): Reply => ({
+    ...r,
+    node,
+    record: {
+      ...record,
+      requests: milo?.requests,
+      ...extra,
+      durationMs: Math.round((now() - req.started) * 10) / 10,
+    },
+  });
+  try {
+    const verb = parseVerb(req.env("CNI_COMMAND"));
+    const stdin = decodeStdin(req.stdin);
+    if (verb === "VERSION") return finish({ exitCode: 0, stdout: version(stdin) }, {});
+    const cni = readCniEnv(req.env);
+    record.containerId = cni.containerId || undefined;
+    record.ifname = cni.ifname || undefined;
+    node = await deps.nodeConfig();
+    record.node = node.node;
+    cniVersion = versionOf(stdin);
+    const conf = parseNetConf(stdin, node, verb);
+    record.network = conf.name;
+    const t = conf.network.timeouts;
+    const final = req.started + t.totalMs;
+    deps.onDeadline?.(final, cniVersion);
+    milo = await deps.openMilo(node, t.requestMs, final - rollbackReserveMs(t.totalMs));
+    const inv: Invocation = {
+      env: cni,
+      conf,
+      node,
+      attachment: attachmentOf(node, conf, cni),
+      milo,
+      rollback: milo.withDeadline(final),
+      journal: new Journal(node.stateDir),
+      now,
+    };
+    if (cni.containerId) record.claims = await claimNamesOf(inv);
+    const r = await HANDLERS[verb](inv);
+    return finish({ exitCode: 0, stdout: r.output }, { claims: r.claims, outcome: "ok" });
+  } catch (err) {
+    const e = toCniError(err);
+    return finish({ exitCode: 1, stdout: encodeError(cniVersion, e) }, {
+      outcome: "error",
+      code: e.code,
+      msg: e.message,
+      details: e.details,
+    });
+  }
+}

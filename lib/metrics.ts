@@ -1,0 +1,124 @@
+/** The agent's counters, served as Prometheus text on `GET /metrics`. */
+
+/** Upper bounds (seconds) of the call latency histogram. */
+const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+type Labels = Record<string, string>;
+
+function labelText(l: Labels): string {
+  const parts = Object.entries(l).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, "_")}"`);
+  return parts.length ? `{${parts.join(",")}}` : "";
+}
+
+class Counter {
+  readonly #values = new Map<string, number>();
+
+  add(labels: Labels = {}, n = 1): void {
+    const k = labelText(labels);
+    this.#values.set(k, (this.#values.get(k) ?? 0) + n);
+  }
+
+  lines(name: string): string[] {
+    if (!this.#values.size) return [`${name} 0`];
+    return [...this.#values].map(([k, v]) => `${name}${k} ${v}`);
+  }
+}
+
+class Histogram {
+  readonly #series = new Map<string, { counts: number[]; sum: number; n: number }>();
+
+  observe(labels: Labels, seconds: number): void {
+    const k = JSON.stringify(labels);
+    const s = this.#series.get(k) ?? { counts: BUCKETS.map(() => 0), sum: 0, n: 0 };
+    BUCKETS.forEach((b, i) => {
+      if (seconds <= b) s.counts[i]++;
+    });
+    s.sum += seconds;
+    s.n++;
+    this.#series.set(k, s);
+  }
+
+  lines(name: string): string[] {
+    const out: string[] = [];
+    for (const [k, s] of this.#series) {
+      const l = JSON.parse(k) as Labels;
+      BUCKETS.forEach((b, i) =>
+        out.push(`${name}_bucket${labelText({ ...l, le: String(b) })} ${s.counts[i]}`)
+      );
+      out.push(`${name}_bucket${labelText({ ...l, le: "+Inf" })} ${s.n}`);
+      out.push(`${name}_sum${labelText(l)} ${s.sum}`, `${name}_count${labelText(l)} ${s.n}`);
+    }
+    return out;
+  }
+}
+
+/** Everything the agent counts. */
+export class Metrics {
+  readonly calls = new Counter();
+  readonly latency = new Histogram();
+  readonly miloRequests = new Counter();
+  readonly retries = new Counter();
+  readonly reconcileCandidates = new Counter();
+  readonly reconcileReleases = new Counter();
+  readonly tokenReloadFailures = new Counter();
+
+  /** Prometheus text exposition; `fallbacks` is read from the plugin's counter file. */
+  render(fallbacks: number): string {
+    const family = (name: string, type: string, help: string, lines: string[]) => [
+      `# HELP ${name} ${help}`,
+      `# TYPE ${name} ${type}`,
+      ...lines,
+    ];
+    return [
+      ...family(
+        "milo_ipam_calls_total",
+        "counter",
+        "CNI calls answered by the agent, by verb and CNI result code (0 = success).",
+        this.calls.lines("milo_ipam_calls_total"),
+      ),
+      ...family(
+        "milo_ipam_call_duration_seconds",
+        "histogram",
+        "Time from the plugin process's start to the agent's reply, by verb.",
+        this.latency.lines("milo_ipam_call_duration_seconds"),
+      ),
+      ...family(
+        "milo_ipam_milo_requests_total",
+        "counter",
+        "HTTP requests to Milo, by method and status (error = no answer).",
+        this.miloRequests.lines("milo_ipam_milo_requests_total"),
+      ),
+      ...family(
+        "milo_ipam_milo_retries_total",
+        "counter",
+        "Requests to Milo that were retries of an earlier attempt.",
+        this.retries.lines("milo_ipam_milo_retries_total"),
+      ),
+      ...family(
+        "milo_ipam_fallbacks_total",
+        "counter",
+        "Plugin calls that did the work themselves because the agent did not answer.",
+        [`milo_ipam_fallbacks_total ${fallbacks}`],
+      ),
+      ...family(
+        "milo_ipam_reconcile_candidates_total",
+        "counter",
+        "Claims the reconcile timer found without a live attachment.",
+        this.reconcileCandidates.lines("milo_ipam_reconcile_candidates_total"),
+      ),
+      ...family(
+        "milo_ipam_reconcile_releases_total",
+        "counter",
+        "Claims the reconcile timer released, by path (journal or orphan).",
+        this.reconcileReleases.lines("milo_ipam_reconcile_releases_total"),
+      ),
+      ...family(
+        "milo_ipam_token_reload_failures_total",
+        "counter",
+        "Calls whose token file could not be read or was malformed.",
+        this.tokenReloadFailures.lines("milo_ipam_token_reload_failures_total"),
+      ),
+      "",
+    ].join("\n");
+  }
+}

@@ -1,0 +1,121 @@
+/**
+ * The exec'd plugin doing the work itself: read stdin, run the invocation,
+ * print exactly one JSON document, append the log line, answer the exit code.
+ */
+import { encodeError, LATEST_VERSION } from "./cni.ts";
+import { readNodeConfig } from "./config.ts";
+import { CniError } from "./errors.ts";
+import { invoke, type Reply } from "./invoke.ts";
+import { Logger } from "./log.ts";
+import { MiloClient } from "./milo.ts";
+import { readStdinBytes } from "./stdin.ts";
+
+/** Extra time the watchdog allows past `timeouts.totalMs` (counted from process start). */
+export const WATCHDOG_GRACE_MS = 500;
+/** The watchdog's deadline before the config is read: the largest `totalMs` allowed. */
+const UNCONFIGURED_TOTAL_MS = 300_000;
+
+/** Stdout that takes one JSON document per process and ignores any later one. */
+export class Stdout {
+  #code: number | undefined;
+
+  /** The exit code of what was printed, or undefined before anything was. */
+  get code(): number | undefined {
+    return this.#code;
+  }
+
+  /** Prints `value` (nothing for undefined) unless something was printed already. */
+  print(value: Record<string, unknown> | undefined, code: number): void {
+    if (this.#code !== undefined) return;
+    this.#code = code;
+    if (value) Deno.stdout.writeSync(new TextEncoder().encode(JSON.stringify(value) + "\n"));
+  }
+}
+
+/**
+ * Ends the process when the invocation outlives its deadline: with code 11
+ * when nothing was printed yet, else with the code of what was printed.
+ */
+export class Watchdog {
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #version = LATEST_VERSION;
+  readonly #out: Stdout;
+
+  constructor(out: Stdout, deadline: number) {
+    this.#out = out;
+    this.arm(deadline);
+  }
+
+  /** Moves the deadline (ms since epoch); `cniVersion` is the version of the error printed. */
+  arm(deadline: number, cniVersion?: string, totalMs?: number): void {
+    if (cniVersion) this.#version = cniVersion;
+    clearTimeout(this.#timer);
+    const timer = setTimeout(() => {
+      const e = new CniError(
+        "transient",
+        "invocation exceeded timeouts.totalMs",
+        totalMs ? `${totalMs} ms since the process started` : "deadline passed",
+      );
+      this.#out.print(encodeError(this.#version, e), 1);
+      Deno.exit(this.#out.code ?? 1);
+    }, Math.max(0, deadline + WATCHDOG_GRACE_MS - Date.now()));
+    Deno.unrefTimer(timer);
+    this.#timer = timer;
+  }
+
+  /** Stops watching. */
+  disarm(): void {
+    clearTimeout(this.#timer);
+  }
+}
+
+/** File in the state directory that grows by one byte per counted fallback (the agent reads its size). */
+export const FALLBACK_COUNTER = "agent-fallbacks";
+
+/** Why this process did the work itself although an agent was expected. */
+export interface Fallback {
+  reason: string;
+  counted: boolean;
+}
+
+/** Appends the invocation's log line(s), bounded in time. */
+async function writeLog(reply: Reply, fallback?: Fallback): Promise<void> {
+  if (!reply.node) return;
+  const logger = new Logger(reply.node.log.file, reply.node.log.level);
+  if (reply.node.warning) await logger.write("warn", { msg: reply.node.warning });
+  const via = fallback ? { via: "direct", fallback: fallback.reason } : { via: "direct" };
+  await logger.write(reply.exitCode === 0 ? "info" : "error", { ...reply.record, ...via });
+}
+
+/** Counts a fallback for the agent's metrics: one byte appended to the counter file. */
+async function countFallback(stateDir: string): Promise<void> {
+  await Deno.writeFile(`${stateDir}/${FALLBACK_COUNTER}`, new Uint8Array([0x2e]), {
+    append: true,
+    create: true,
+  }).catch(() => {});
+}
+
+/**
+ * Runs one CNI invocation in this process and returns the exit code; `input`
+ * is stdin when the caller read it already (the agent path falling back).
+ */
+export async function runPlugin(
+  started: number,
+  input?: Uint8Array,
+  fallback?: Fallback,
+): Promise<number> {
+  const out = new Stdout();
+  const watchdog = new Watchdog(out, started + UNCONFIGURED_TOTAL_MS);
+  const env = (name: string) => Deno.env.get(name);
+  const stdin = input ?? await readStdinBytes();
+  const reply = await invoke({ env, stdin, started }, {
+    nodeConfig: () => readNodeConfig(env),
+    openMilo: MiloClient.open,
+    onDeadline: (deadline, v) => watchdog.arm(deadline, v, deadline - started),
+  });
+  out.print(reply.stdout, reply.exitCode);
+  if (fallback?.counted && reply.node) await countFallback(reply.node.stateDir);
+  await writeLog(reply, fallback);
+  watchdog.disarm();
+  return reply.exitCode;
+}

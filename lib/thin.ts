@@ -1,0 +1,148 @@
+/**
+ * The exec'd plugin as a thin client of the node agent: it sends the
+ * invocation (CNI environment, stdin, its start time) over the agent's unix
+ * socket and prints the agent's reply. It imports no handler, no Milo client
+ * and no schema; when the agent is absent, refuses or is stuck for
+ * `requestMs`, the caller does the work itself.
+ */
+import {
+  type AgentFrame,
+  FrameReader,
+  type RequestHeader,
+  writeFrame,
+  writeJson,
+} from "./frames.ts";
+import {
+  DEFAULT_AGENT_SOCKET,
+  DEFAULT_NODE_CONFIG,
+  LEGACY_NODE_CONFIG,
+  nodeConfigPath,
+} from "./paths.ts";
+import { ENV_VARS } from "./permissions.ts";
+
+/** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
+const GRACE_MS = 500;
+/** How long to wait for the agent's first frame when the node config does not say. */
+const DEFAULT_REQUEST_MS = 2_000;
+
+/** What asking the agent came to. */
+export type AgentOutcome =
+  | { kind: "done"; exitCode: number; stdout: string }
+  | { kind: "fallback"; reason: string; counted: boolean; stateDir?: string };
+
+/** The few node settings the client needs, read without the schema. */
+interface Hints {
+  socket: string;
+  requestMs: number;
+  /** Set when the node config has an `agent` section: a fallback is then worth counting. */
+  expected: boolean;
+  stateDir?: string;
+}
+
+async function hints(env: (name: string) => string | undefined): Promise<Hints | undefined> {
+  const { path } = nodeConfigPath(env);
+  let text: string | undefined;
+  for (const p of path === DEFAULT_NODE_CONFIG ? [path, LEGACY_NODE_CONFIG] : [path]) {
+    text = await Deno.readTextFile(p).catch(() => undefined);
+    if (text !== undefined) break;
+  }
+  if (text === undefined) return undefined;
+  try {
+    const v = JSON.parse(text);
+    const agent = typeof v?.agent === "object" && v.agent ? v.agent : undefined;
+    const requestMs = v?.timeouts?.requestMs;
+    return {
+      socket: typeof agent?.socket === "string" ? agent.socket : DEFAULT_AGENT_SOCKET,
+      requestMs: Number.isInteger(requestMs) && requestMs > 0 ? requestMs : DEFAULT_REQUEST_MS,
+      expected: agent !== undefined,
+      stateDir: typeof v?.stateDir === "string" ? v.stateDir : undefined,
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Resolves with the promise's value, or with `onTimeout()` after `ms`. */
+async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<T>((r) => timer = setTimeout(() => r(onTimeout()), Math.max(0, ms))),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The transient CNI error the client prints when the agent outlives the deadline. */
+function lateError(cniVersion: string, deadline: number, started: number): string {
+  return JSON.stringify({
+    cniVersion,
+    code: 11,
+    msg: "invocation exceeded timeouts.totalMs",
+    details: `${Math.round(deadline - started)} ms since the process started`,
+  });
+}
+
+function done(r: { exitCode: number; stdout: string }): AgentOutcome {
+  return { kind: "done", exitCode: r.exitCode, stdout: r.stdout };
+}
+
+/** Sends the invocation to the agent and waits for its answer. */
+export async function callAgent(started: number, stdin: Uint8Array): Promise<AgentOutcome> {
+  const env: Record<string, string> = {};
+  for (const k of ENV_VARS) {
+    const v = Deno.env.get(k);
+    if (v !== undefined) env[k] = v;
+  }
+  const h = await hints((k) => env[k]);
+  if (!h) return { kind: "fallback", reason: "no readable node config", counted: false };
+  const fallback = (reason: string): AgentOutcome => ({
+    kind: "fallback",
+    reason,
+    counted: h.expected,
+    stateDir: h.stateDir,
+  });
+  let conn: Deno.UnixConn;
+  try {
+    conn = await Deno.connect({ transport: "unix", path: h.socket });
+  } catch (err) {
+    return fallback(`agent socket ${h.socket}: ${err instanceof Error ? err.name : err}`);
+  }
+  try {
+    const header: RequestHeader = { v: 1, env, started };
+    await writeJson(conn, header);
+    await writeFrame(conn, stdin);
+    const reader = new FrameReader(conn);
+    const stuck = Symbol("stuck");
+    const first = await within<AgentFrame | null | typeof stuck>(
+      reader.json<AgentFrame>(),
+      started + h.requestMs - Date.now(),
+      () => stuck,
+    );
+    if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
+    if (first === null) return fallback("agent closed the connection");
+    if (first.kind === "reply") return done(first);
+    const { deadline, cniVersion } = first;
+    const late = Symbol("late");
+    const final = await within<AgentFrame | null | typeof late>(
+      reader.json<AgentFrame>(),
+      deadline + GRACE_MS - Date.now(),
+      () => late,
+    );
+    if (final === late || (final === null && Date.now() >= deadline)) {
+      return { kind: "done", exitCode: 1, stdout: lateError(cniVersion, deadline, started) };
+    }
+    if (final === null || final.kind !== "reply") return fallback("agent closed the connection");
+    return done(final);
+  } catch (err) {
+    return fallback(`agent connection failed: ${err instanceof Error ? err.message : err}`);
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // Closed already.
+    }
+  }
+}
