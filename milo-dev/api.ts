@@ -1,6 +1,14 @@
 /** The `ipam.miloapis.com/v1alpha1` REST surface: routing, auth, lists. */
 
-import { API_VERSION, type Ipam } from "./ipam.ts";
+import type { Ipam } from "./ipam.ts";
+import {
+  API_VERSION,
+  type ApiObject,
+  type IPAllocationObject,
+  type IPClaimObject,
+  type ObjectMeta,
+} from "./objects.ts";
+import { parseDeleteOptions, parseJsonBody } from "./request.ts";
 import {
   matchFields,
   matchLabels,
@@ -17,9 +25,6 @@ import {
   notFound,
   unauthorized,
 } from "./status.ts";
-
-// deno-lint-ignore no-explicit-any
-type Obj = Record<string, any>;
 
 /** A parsed API path. */
 export interface Route {
@@ -42,19 +47,32 @@ const PROJECT_PATH =
 const RESOURCES = ["ipclasses", "ippools", "ipclaims", "ipallocations"];
 const NAMESPACED = new Set(["ipclaims", "ipallocations"]);
 
-const CLAIM_FIELDS = [
-  "metadata.name",
-  "metadata.namespace",
-  "spec.className",
-  "status.poolRef.name",
-] as const;
-const ALLOC_FIELDS = [
-  "metadata.name",
-  "metadata.namespace",
-  "spec.className",
-  "spec.poolRef.name",
-] as const;
-const CLUSTER_FIELDS = ["metadata.name"] as const;
+/** The field selectors a kind supports: path to value. */
+type FieldSet<T> = Record<string, (o: T) => string>;
+
+const NAME_FIELDS = {
+  "metadata.name": (o: ApiObject) => o.metadata.name,
+  "metadata.namespace": (o: ApiObject) => o.metadata.namespace ?? "",
+};
+const CLAIM_FIELDS: FieldSet<IPClaimObject> = {
+  ...NAME_FIELDS,
+  "spec.className": (o) => o.spec.className,
+  "status.poolRef.name": (o) => o.status.poolRef.name,
+};
+const ALLOC_FIELDS: FieldSet<IPAllocationObject> = {
+  ...NAME_FIELDS,
+  "spec.className": (o) => o.spec.className,
+  "spec.poolRef.name": (o) => o.spec.poolRef.name,
+};
+const CLUSTER_FIELDS: FieldSet<ApiObject> = { "metadata.name": NAME_FIELDS["metadata.name"] };
+
+/** A list answer. */
+interface ObjectList<T> {
+  apiVersion: string;
+  kind: string;
+  metadata: { resourceVersion: string; remainingItemCount?: number; continue?: string };
+  items: T[];
+}
 
 /** Parses an API path; undefined when it is not one of ours. */
 export function parseRoute(pathname: string): Route | undefined {
@@ -83,40 +101,32 @@ export function parseRoute(pathname: string): Route | undefined {
   return { project, resource, namespace, name };
 }
 
-function fieldsOf(o: Obj): Record<string, string> {
-  return {
-    "metadata.name": o.metadata?.name ?? "",
-    "metadata.namespace": o.metadata?.namespace ?? "",
-    "spec.className": o.spec?.className ?? "",
-    "status.poolRef.name": o.status?.poolRef?.name ?? "",
-    "spec.poolRef.name": o.spec?.poolRef?.name ?? "",
-  };
-}
-
-function list(
+function list<T extends ApiObject>(
   kind: string,
-  items: Obj[],
+  items: T[],
   q: URLSearchParams,
-  fields: readonly string[],
+  fields: FieldSet<T>,
   rv: number,
-): Obj {
+): ObjectList<T> {
   let out = items;
   try {
     const ls = q.get("labelSelector");
     if (ls) {
       const reqs = parseLabelSelector(ls);
-      out = out.filter((o) => matchLabels(reqs, o.metadata?.labels ?? {}));
+      out = out.filter((o) => matchLabels(reqs, o.metadata.labels ?? {}));
     }
     const fs = q.get("fieldSelector");
     if (fs) {
-      const reqs = parseFieldSelector(fs, fields);
-      out = out.filter((o) => matchFields(reqs, fieldsOf(o)));
+      const reqs = parseFieldSelector(fs, Object.keys(fields));
+      out = out.filter((o) =>
+        matchFields(reqs, Object.fromEntries(reqs.map((r) => [r.field, fields[r.field](o)])))
+      );
     }
   } catch (err) {
     if (err instanceof SelectorError) throw badRequest(err.message);
     throw err;
   }
-  const metadata: Obj = { resourceVersion: String(rv) };
+  const metadata: ObjectList<T>["metadata"] = { resourceVersion: String(rv) };
   const cont = q.get("continue");
   if (cont) {
     let after: string;
@@ -125,19 +135,19 @@ function list(
     } catch {
       throw new ApiError(410, "Expired", "The provided continue parameter is too old or malformed");
     }
-    out = out.filter((o) => keyOf(o) > after);
+    out = out.filter((o) => keyOf(o.metadata) > after);
   }
   const limit = Number(q.get("limit") ?? "0");
   if (Number.isInteger(limit) && limit > 0 && out.length > limit) {
     metadata.remainingItemCount = out.length - limit;
     out = out.slice(0, limit);
-    metadata.continue = btoa(JSON.stringify({ after: keyOf(out[out.length - 1]) }));
+    metadata.continue = btoa(JSON.stringify({ after: keyOf(out[out.length - 1].metadata) }));
   }
   return { apiVersion: API_VERSION, kind, metadata, items: out };
 }
 
-function keyOf(o: Obj): string {
-  return `${o.metadata?.namespace ?? ""}\0${o.metadata?.name ?? ""}`;
+function keyOf(m: ObjectMeta): string {
+  return `${m.namespace ?? ""}\0${m.name}`;
 }
 
 const DISCOVERY = {
@@ -219,7 +229,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   const { resource, namespace: ns, name } = req.route;
   const q = req.url.searchParams;
   const m = req.method;
-  const rv = () => ipam.store.currentRV();
+  const rv = () => ipam.resourceVersion();
   const dryRun = q.getAll("dryRun");
   if (dryRun.some((d) => d !== "All")) throw badRequest(`dryRun must be "All"`);
   const isDry = dryRun.length > 0;
@@ -250,14 +260,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
         };
       }
       if (m === "POST" && ns !== undefined) {
-        let body: unknown;
-        try {
-          body = JSON.parse(req.body);
-        } catch (err) {
-          throw badRequest(
-            `the request body is not valid JSON: ${err instanceof Error ? err.message : err}`,
-          );
-        }
+        const body = parseJsonBody(req.body);
         return { status: 201, body: ipam.createClaim(project, ns, body, isDry) };
       }
       throw methodNotAllowed();
@@ -266,7 +269,11 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     if (m === "DELETE") {
       return {
         status: 200,
-        body: ipam.deleteClaim(project, ns!, name, { dryRun: isDry, failRelease: req.failRelease }),
+        body: ipam.deleteClaim(project, ns!, name, {
+          dryRun: isDry,
+          failRelease: req.failRelease,
+          preconditions: parseDeleteOptions(req.body),
+        }),
       };
     }
     throw methodNotAllowed();

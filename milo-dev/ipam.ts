@@ -1,36 +1,39 @@
-/** IPAM domain: tenants, classes, pools, claims, FirstFit allocation. */
+/**
+ * The IPAM service: each tenant project's classes and pools (from the seed),
+ * and claim create and delete as one transaction each over the {@link Store}.
+ */
 
+import { Allocator, type Capacity, capacity, type Pick } from "./allocator.ts";
+import { familyBits, formatCIDR, formatIP, fromIpKey, ipKey } from "./ipmath.ts";
 import {
-  blockSize,
-  ceilDiv,
-  familyBits,
-  formatCIDR,
-  formatIP,
-  fromIpKey,
-  type IPFamily,
-  ipKey,
-  parseIP,
-  percent4,
-} from "./ipmath.ts";
+  allocationObject,
+  claimObject,
+  type ClaimSpec,
+  classObject,
+  type IPAllocationObject,
+  type IPClaimObject,
+  type IPClassObject,
+  type IPPoolObject,
+  poolObject,
+} from "./objects.ts";
+import {
+  type ClaimRequest,
+  parseClaimRequest,
+  type Preconditions,
+  resolveClass,
+  unmetPrecondition,
+} from "./request.ts";
 import { type ClassSpec, planPool, type PoolPlan, type Seed } from "./seed.ts";
-import type { AllocationRow, ClaimRow, ObjectRow, Store } from "./store.ts";
 import {
   alreadyExists,
   ApiError,
   badRequest,
   conflict,
   exhausted,
-  type FieldCause,
   forbidden,
-  invalid,
   notFound,
 } from "./status.ts";
-
-/** API group/version of every IPAM kind. */
-export const API_VERSION = "ipam.miloapis.com/v1alpha1";
-
-// deno-lint-ignore no-explicit-any
-type Obj = Record<string, any>;
+import type { AllocationRow, ClaimRow, Store } from "./store.ts";
 
 interface Project {
   name: string;
@@ -38,27 +41,13 @@ interface Project {
   pools: PoolPlan[];
 }
 
-/** Capacity of a pool in units of its class prefix. */
-export interface Capacity {
-  total: bigint;
-  allocated: bigint;
-  available: bigint;
-  reserved: bigint;
-  utilizationPercent: number;
+/** What a DELETE asks besides the name. */
+export interface DeleteOptions {
+  dryRun?: boolean;
+  /** Injected fault: leave the claim Releasing and answer 500. */
+  failRelease?: boolean;
+  preconditions?: Preconditions;
 }
-
-const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const LABEL_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
-const LABEL_VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
-const CLAIM_SPEC_KEYS = [
-  "className",
-  "ipFamily",
-  "address",
-  "prefixLength",
-  "scope",
-  "reclaimPolicy",
-  "ownerRef",
-];
 
 /** RFC 3339 timestamp with whole seconds, as Kubernetes writes it. */
 export function timestamp(d = new Date()): string {
@@ -70,68 +59,16 @@ function randomHex(bytes: number): string {
   return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
 }
 
-function isObj(v: unknown): v is Obj {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function qualifiedNameError(key: string): string | undefined {
-  const slash = key.lastIndexOf("/");
-  const prefix = slash >= 0 ? key.slice(0, slash) : undefined;
-  const name = slash >= 0 ? key.slice(slash + 1) : key;
-  if (prefix !== undefined && (prefix.length > 253 || !DNS1123_SUBDOMAIN.test(prefix))) {
-    return "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'";
-  }
-  if (name.length === 0 || name.length > 63) return "name part must be no more than 63 characters";
-  if (!LABEL_NAME.test(name)) {
-    return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
-  }
-  return undefined;
-}
-
-function validateMeta(meta: Obj, causes: FieldCause[]): void {
-  for (const field of ["labels", "annotations"] as const) {
-    const m = meta[field];
-    if (m === undefined || m === null) continue;
-    if (!isObj(m)) {
-      causes.push({
-        field: `metadata.${field}`,
-        value: String(m),
-        detail: "must be a map of strings",
-      });
-      continue;
-    }
-    for (const [k, v] of Object.entries(m)) {
-      const kerr = qualifiedNameError(k);
-      if (kerr) causes.push({ field: `metadata.${field}`, value: k, detail: kerr });
-      if (typeof v !== "string") {
-        causes.push({ field: `metadata.${field}`, value: String(v), detail: "must be a string" });
-      } else if (field === "labels" && v.length > 63) {
-        causes.push({
-          field: "metadata.labels",
-          value: v,
-          detail: "must be no more than 63 characters",
-        });
-      } else if (field === "labels" && !LABEL_VALUE.test(v)) {
-        causes.push({
-          field: "metadata.labels",
-          value: v,
-          detail:
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-        });
-      }
-    }
-  }
-}
-
 /** The tenants' worlds over one {@link Store}. */
 export class Ipam {
-  readonly store: Store;
+  readonly #store: Store;
+  readonly #allocator: Allocator;
   #projects = new Map<string, Project>();
   #tokens = new Map<string, string>();
-  #hints = new Map<string, bigint>();
 
   constructor(store: Store, seed: Seed) {
-    this.store = store;
+    this.#store = store;
+    this.#allocator = new Allocator(store);
     this.#applySeed(seed);
   }
 
@@ -145,68 +82,39 @@ export class Ipam {
     return this.#tokens.get(token);
   }
 
+  /** The current global resourceVersion (of lists). */
+  resourceVersion(): number {
+    return this.#store.currentRV();
+  }
+
+  /** Replaces the seeded classes and pools (claims are kept). */
   #applySeed(seed: Seed): void {
-    const now = timestamp();
-    this.store.tx(() => {
-      const keep = { classes: new Set<string>(), pools: new Set<string>() };
+    const created = timestamp();
+    const keep = { classes: new Set<string>(), pools: new Set<string>() };
+    this.#store.tx(() => {
       for (const p of seed.projects) {
         const classes = new Map(p.ipClasses.map((c) => [c.metadata.name, c.spec]));
         const pools = p.ipPools.map((o) => planPool(o.metadata.name, o.spec, classes));
         this.#projects.set(p.name, { name: p.name, classes, pools });
         for (const t of p.tokens) this.#tokens.set(t, p.name);
-        p.ipClasses.forEach((c, i) => {
-          this.#upsert("classes", p.name, c.metadata.name, c.spec, i, now);
-          keep.classes.add(`${p.name}\0${c.metadata.name}`);
-        });
-        p.ipPools.forEach((o, i) => {
-          this.#upsert("pools", p.name, o.metadata.name, o.spec, i, now);
-          keep.pools.add(`${p.name}\0${o.metadata.name}`);
-        });
-      }
-      for (const table of ["classes", "pools"] as const) {
-        const rows = this.store.sql(`SELECT project, name FROM ${table}`)
-          .all() as unknown as ObjectRow[];
-        for (const r of rows) {
-          if (!keep[table].has(`${r.project}\0${r.name}`)) {
-            this.store.sql(`DELETE FROM ${table} WHERE project = ? AND name = ?`).run(
-              r.project,
-              r.name,
-            );
-          }
+        for (const [table, objects] of [["classes", p.ipClasses], ["pools", p.ipPools]] as const) {
+          objects.forEach((o, ord) => {
+            const spec = JSON.stringify(o.spec);
+            this.#store.syncObject(table, {
+              project: p.name,
+              name: o.metadata.name,
+              created,
+              spec,
+              ord,
+            });
+            keep[table].add(`${p.name}\0${o.metadata.name}`);
+          });
         }
       }
+      for (const table of ["classes", "pools"] as const) {
+        this.#store.pruneObjects(table, (project, name) => keep[table].has(`${project}\0${name}`));
+      }
     });
-  }
-
-  #upsert(
-    table: "classes" | "pools",
-    project: string,
-    name: string,
-    spec: unknown,
-    ord: number,
-    now: string,
-  ): void {
-    const json = JSON.stringify(spec);
-    const row = this.store.sql(`SELECT spec FROM ${table} WHERE project = ? AND name = ?`).get(
-      project,
-      name,
-    ) as
-      | { spec: string }
-      | undefined;
-    if (!row) {
-      this.store.sql(
-        `INSERT INTO ${table} (project, name, uid, rv, created, spec, ord) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-      ).run(project, name, crypto.randomUUID(), this.store.nextRV(), now, json, ord);
-    } else if (row.spec !== json) {
-      this.store.sql(`UPDATE ${table} SET spec = ?, rv = ?, ord = ? WHERE project = ? AND name = ?`)
-        .run(json, this.store.nextRV(), ord, project, name);
-    } else {
-      this.store.sql(`UPDATE ${table} SET ord = ? WHERE project = ? AND name = ?`).run(
-        ord,
-        project,
-        name,
-      );
-    }
   }
 
   #project(name: string): Project {
@@ -217,70 +125,24 @@ export class Ipam {
 
   // ---- IPClass / IPPool -------------------------------------------------
 
-  #classObject(r: ObjectRow, p: Project): Obj {
-    const pools = p.pools.filter((x) => x.spec.classNames.includes(r.name)).map((x) => x.name);
-    return {
-      apiVersion: API_VERSION,
-      kind: "IPClass",
-      metadata: objectMeta(r),
-      spec: JSON.parse(r.spec),
-      status: { phase: "Ready", poolNames: pools },
-    };
-  }
-
   /** One IPClass, or undefined. */
-  getClass(project: string, name: string): Obj | undefined {
+  getClass(project: string, name: string): IPClassObject | undefined {
     const p = this.#project(project);
-    const r = this.store.sql("SELECT * FROM classes WHERE project = ? AND name = ?").get(
-      project,
-      name,
-    ) as
-      | ObjectRow
-      | undefined;
-    return r && this.#classObject(r, p);
+    const r = this.#store.getObject("classes", project, name);
+    return r && classObject(r, poolsOf(p, r.name));
   }
 
   /** All IPClasses of a project. */
-  listClasses(project: string): Obj[] {
+  listClasses(project: string): IPClassObject[] {
     const p = this.#project(project);
-    const rows = this.store.sql("SELECT * FROM classes WHERE project = ? ORDER BY name").all(
-      project,
-    ) as unknown as ObjectRow[];
-    return rows.map((r) => this.#classObject(r, p));
-  }
-
-  #bounds(plan: PoolPlan) {
-    const fam = plan.cidr.family;
-    const unit = blockSize(fam, plan.unitPrefix);
-    const size = blockSize(fam, plan.cidr.prefix);
-    const total = size / unit;
-    const r = plan.spec.reservations ?? {};
-    const rsize = blockSize(fam, r.unitPrefixLength ?? plan.unitPrefix);
-    let lead = ceilDiv(BigInt(r.leading ?? 0) * rsize, unit);
-    let trail = ceilDiv(BigInt(r.trailing ?? 0) * rsize, unit);
-    if (lead > total) lead = total;
-    if (lead + trail > total) trail = total - lead;
-    const first = plan.cidr.base + lead * unit;
-    const limit = plan.cidr.base + size - trail * unit;
-    return { unit, total, reserved: lead + trail, first, limit };
+    return this.#store.listObjects("classes", project).map((r) =>
+      classObject(r, poolsOf(p, r.name))
+    );
   }
 
   /** Capacity of a pool, counted from the database now. */
   capacity(project: string, plan: PoolPlan): Capacity {
-    const b = this.#bounds(plan);
-    const row = this.store.sql(
-      "SELECT count(*) AS n FROM allocations WHERE project = ? AND pool = ?",
-    )
-      .get(project, plan.name) as { n: number };
-    let allocated = b.reserved + BigInt(row.n);
-    if (allocated > b.total) allocated = b.total;
-    return {
-      total: b.total,
-      allocated,
-      available: b.total - allocated,
-      reserved: b.reserved,
-      utilizationPercent: percent4(allocated, b.total),
-    };
+    return capacity(plan, this.#store.countAllocations(project, plan.name));
   }
 
   /** Pool plans of a project, in seed order. */
@@ -288,559 +150,224 @@ export class Ipam {
     return this.#project(project).pools;
   }
 
-  #poolObject(project: string, r: ObjectRow, plan: PoolPlan): Obj {
-    const c = this.capacity(project, plan);
-    return {
-      apiVersion: API_VERSION,
-      kind: "IPPool",
-      metadata: objectMeta(r),
-      spec: JSON.parse(r.spec),
-      status: {
-        phase: "Ready",
-        ipFamily: plan.cidr.family,
-        capacity: {
-          total: String(c.total),
-          allocated: String(c.allocated),
-          available: String(c.available),
-        },
-        utilizationPercent: c.utilizationPercent,
-      },
-    };
-  }
-
   /** One IPPool with live status, or undefined. */
-  getPool(project: string, name: string): Obj | undefined {
+  getPool(project: string, name: string): IPPoolObject | undefined {
     const plan = this.#project(project).pools.find((x) => x.name === name);
-    const r = this.store.sql("SELECT * FROM pools WHERE project = ? AND name = ?").get(
-      project,
-      name,
-    ) as
-      | ObjectRow
-      | undefined;
-    return r && plan && this.#poolObject(project, r, plan);
+    const r = this.#store.getObject("pools", project, name);
+    return r && plan && poolObject(r, plan, this.capacity(project, plan));
   }
 
   /** All IPPools of a project with live status. */
-  listPools(project: string): Obj[] {
+  listPools(project: string): IPPoolObject[] {
     const p = this.#project(project);
-    const rows = this.store.sql("SELECT * FROM pools WHERE project = ? ORDER BY name").all(
-      project,
-    ) as unknown as ObjectRow[];
-    return rows.flatMap((r) => {
+    return this.#store.listObjects("pools", project).flatMap((r) => {
       const plan = p.pools.find((x) => x.name === r.name);
-      return plan ? [this.#poolObject(project, r, plan)] : [];
+      return plan ? [poolObject(r, plan, this.capacity(project, plan))] : [];
     });
   }
 
   // ---- IPClaim ----------------------------------------------------------
 
-  /** The wire object of a stored claim. */
-  claimObject(r: ClaimRow, phase = r.phase, rv = r.rv): Obj {
-    const metadata = objectMeta({ ...r, rv });
-    const labels = JSON.parse(r.labels);
-    const annotations = JSON.parse(r.annotations);
-    if (Object.keys(labels).length) metadata.labels = labels;
-    if (Object.keys(annotations).length) metadata.annotations = annotations;
-    const status: Obj = { phase, allocatedCIDR: r.cidr };
-    if (r.address) status.address = r.address;
-    status.poolRef = { name: r.pool };
-    status.boundAllocationRef = { name: r.alloc_name };
-    return { apiVersion: API_VERSION, kind: "IPClaim", metadata, spec: JSON.parse(r.spec), status };
-  }
-
-  #claimRow(project: string, ns: string, name: string): ClaimRow | undefined {
-    return this.store.sql("SELECT * FROM claims WHERE project = ? AND namespace = ? AND name = ?")
-      .get(project, ns, name) as ClaimRow | undefined;
-  }
-
   /** One claim, or a 404. */
-  getClaim(project: string, ns: string, name: string): Obj {
+  getClaim(project: string, ns: string, name: string): IPClaimObject {
     this.#project(project);
-    const r = this.#claimRow(project, ns, name);
+    const r = this.#store.getClaim(project, ns, name);
     if (!r) throw notFound("ipclaims", name);
-    return this.claimObject(r);
+    return claimObject(r);
   }
 
   /** Claims of a project (one namespace, or all when `ns` is undefined). */
-  listClaims(project: string, ns?: string): Obj[] {
+  listClaims(project: string, ns?: string): IPClaimObject[] {
     this.#project(project);
-    const rows =
-      (ns === undefined
-        ? this.store.sql("SELECT * FROM claims WHERE project = ? ORDER BY namespace, name").all(
-          project,
-        )
-        : this.store.sql("SELECT * FROM claims WHERE project = ? AND namespace = ? ORDER BY name")
-          .all(
-            project,
-            ns,
-          )) as unknown as ClaimRow[];
-    return rows.map((r) => this.claimObject(r));
+    return this.#store.listClaims(project, ns).map((r) => claimObject(r));
   }
 
-  #validateClaim(ns: string, body: unknown): { name: string; meta: Obj; spec: Obj } {
-    if (!isObj(body)) throw badRequest("the request body must be a JSON object");
-    if (body.apiVersion !== undefined && body.apiVersion !== API_VERSION) {
-      throw badRequest(
-        `the API version in the data (${body.apiVersion}) does not match the expected API version (${API_VERSION})`,
-      );
-    }
-    if (body.kind !== undefined && body.kind !== "IPClaim") {
-      throw badRequest(
-        `the kind in the data (${body.kind}) does not match the expected kind (IPClaim)`,
-      );
-    }
-    const meta: Obj = isObj(body.metadata) ? body.metadata : {};
-    if (meta.namespace !== undefined && meta.namespace !== "" && meta.namespace !== ns) {
-      throw badRequest(
-        "the namespace of the provided object does not match the namespace sent on the request",
-      );
-    }
-    const name = typeof meta.name === "string" ? meta.name : "";
-    const causes: FieldCause[] = [];
-    if (name === "") {
-      causes.push({
-        field: "metadata.name",
-        type: "Required",
-        detail: "name is required (metadata.generateName is not supported)",
-      });
-    } else if (name.length > 253) {
-      causes.push({
-        field: "metadata.name",
-        value: name,
-        detail: "must be no more than 253 characters",
-      });
-    } else if (!DNS1123_SUBDOMAIN.test(name)) {
-      causes.push({
-        field: "metadata.name",
-        value: name,
-        detail:
-          "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'",
-      });
-    }
-    validateMeta(meta, causes);
-    const spec = body.spec;
-    if (!isObj(spec)) causes.push({ field: "spec", type: "Required" });
-    else {
-      const rp = spec.reclaimPolicy;
-      if (rp !== undefined && rp !== "Delete" && rp !== "Retain") {
-        causes.push({
-          field: "spec.reclaimPolicy",
-          type: "Unsupported",
-          value: String(rp),
-          detail: 'supported values: "Delete", "Retain"',
-        });
-      }
-      for (const k of ["className", "ipFamily", "address"]) {
-        if (spec[k] !== undefined && typeof spec[k] !== "string") {
-          causes.push({ field: `spec.${k}`, value: String(spec[k]), detail: "must be a string" });
-        }
-      }
-      if (spec.ipFamily !== undefined && spec.ipFamily !== "IPv4" && spec.ipFamily !== "IPv6") {
-        causes.push({
-          field: "spec.ipFamily",
-          type: "Unsupported",
-          value: String(spec.ipFamily),
-          detail: 'supported values: "IPv4", "IPv6"',
-        });
-      }
-      if (spec.prefixLength !== undefined && !Number.isInteger(spec.prefixLength)) {
-        causes.push({
-          field: "spec.prefixLength",
-          value: String(spec.prefixLength),
-          detail: "must be an integer",
-        });
-      }
-      if (spec.scope !== undefined) {
-        if (!isObj(spec.scope)) {
-          causes.push({ field: "spec.scope", value: String(spec.scope), detail: "must be a map" });
-        } else {
-          for (const [role, ref] of Object.entries(spec.scope)) {
-            if (!isObj(ref) || typeof ref.name !== "string" || ref.name === "") {
-              causes.push({ field: `spec.scope.${role}.name`, type: "Required" });
-            }
-          }
-        }
-      }
-    }
-    if (causes.length) throw invalid("IPClaim", name, causes);
-    return { name, meta, spec: spec as Obj };
+  /** Creates and binds a claim in one transaction (rolled back on dry run). */
+  createClaim(project: string, ns: string, body: unknown, dryRun = false): IPClaimObject {
+    const p = this.#project(project);
+    const req = parseClaimRequest(ns, body);
+    const [className, cls] = resolveClass(p.name, p.classes, req.spec);
+    const plans = p.pools.filter((x) => x.spec.classNames.includes(className));
+    if (plans.length === 0) throw badRequest(`IPClass "${className}" is not served by any IPPool`);
+    let picked: Pick | undefined;
+    const row = this.#store.tx(() => {
+      if (this.#store.getClaim(project, ns, req.name)) throw alreadyExists("ipclaims", req.name);
+      picked = this.#pick(project, plans, className, cls, req);
+      return this.#bind(project, ns, req, className, cls, picked);
+    }, dryRun);
+    if (!dryRun && picked && !req.spec.address) this.#allocator.picked(project, picked);
+    return claimObject(row);
   }
 
-  #resolveClass(p: Project, spec: Obj): [string, ClassSpec] {
-    let className: string | undefined = spec.className || undefined;
-    if (!className) {
-      const defaults = [...p.classes].filter(([, c]) =>
-        c.default && (spec.ipFamily === undefined || spec.ipFamily === c.ipFamily)
-      );
-      if (defaults.length !== 1) {
-        throw badRequest(
-          `spec.className is empty and there is no default IPClass${
-            spec.ipFamily ? ` for ${spec.ipFamily}` : ""
-          }`,
-        );
-      }
-      className = defaults[0][0];
-    }
-    const cls = p.classes.get(className);
-    if (!cls) throw badRequest(`IPClass "${className}" not found`);
-    if (cls.consumers && !cls.consumers.includes(p.name)) {
-      throw forbidden("ipclasses", className, "caller may not claim addresses of this class");
-    }
-    if (spec.ipFamily !== undefined && spec.ipFamily !== cls.ipFamily) {
-      throw badRequest(
-        `spec.ipFamily "${spec.ipFamily}" does not match IPClass "${className}" (${cls.ipFamily})`,
-      );
-    }
-    if (spec.prefixLength !== undefined && spec.prefixLength !== cls.prefixLength) {
-      throw badRequest(
-        `prefix length /${spec.prefixLength} is not allowed by IPClass "${className}" (allowed: /${cls.prefixLength})`,
-      );
-    }
-    for (const role of cls.requiredScopeRoles ?? []) {
-      if (!isObj(spec.scope) || !isObj(spec.scope[role])) {
-        throw badRequest(`IPClass "${className}" requires scope role "${role}"`);
-      }
-    }
-    return [className, cls];
-  }
-
-  #firstFree(project: string, plan: PoolPlan): bigint | undefined {
-    const b = this.#bounds(plan);
-    const hint = this.#hints.get(`${project}\0${plan.name}`);
-    let cand = hint !== undefined && hint > b.first ? hint : b.first;
-    const stmt = this.store.sql(
-      "SELECT start FROM allocations WHERE project = ? AND pool = ? AND start >= ? ORDER BY start LIMIT 512",
-    );
-    for (let batch = 0; cand + b.unit <= b.limit; batch++) {
-      const rows = stmt.all(project, plan.name, ipKey(cand)) as { start: string }[];
-      let gap = false;
-      for (const r of rows) {
-        const s = fromIpKey(r.start);
-        if (s > cand) {
-          gap = true;
-          break;
-        }
-        if (s === cand) cand += b.unit;
-      }
-      if (gap || rows.length < 512) break;
-    }
-    return cand + b.unit <= b.limit ? cand : undefined;
-  }
-
-  #pinned(
+  /** A pinned address, or the first free unit over the class's pools in seed order; 507 when none. */
+  #pick(
     project: string,
     plans: PoolPlan[],
     className: string,
     cls: ClassSpec,
-    claimName: string,
-    address: string,
-  ) {
-    const slash = address.indexOf("/");
-    const ip = parseIP(slash >= 0 ? address.slice(0, slash) : address);
-    if (!ip) throw badRequest(`spec.address "${address}" is not an IP address`);
-    if (slash >= 0 && address.slice(slash + 1) !== String(cls.prefixLength)) {
-      throw badRequest(
-        `spec.address "${address}" does not have the prefix length of IPClass "${className}"`,
-      );
-    }
-    if (ip.family !== cls.ipFamily) {
-      throw badRequest(
-        `spec.address "${address}" is not ${cls.ipFamily} as IPClass "${className}" requires`,
-      );
-    }
-    if (ip.value % blockSize(ip.family, cls.prefixLength) !== 0n) {
-      throw badRequest(`spec.address "${address}" is not aligned to /${cls.prefixLength}`);
+    req: ClaimRequest,
+  ): Pick {
+    const address = req.spec.address;
+    if (address) {
+      return this.#allocator.pinned(project, plans, { name: req.name, className, cls, address });
     }
     for (const plan of plans) {
-      const b = this.#bounds(plan);
-      const end = plan.cidr.base + blockSize(ip.family, plan.cidr.prefix);
-      if (ip.value < plan.cidr.base || ip.value >= end) continue;
-      if (ip.value < b.first || ip.value + b.unit > b.limit) {
-        throw badRequest(`spec.address "${address}" is reserved in IPPool "${plan.name}"`);
-      }
-      const taken = this.store.sql(
-        "SELECT 1 FROM allocations WHERE project = ? AND pool = ? AND start = ?",
-      )
-        .get(project, plan.name, ipKey(ip.value));
-      if (taken) {
-        throw conflict(
-          "ipclaims",
-          claimName,
-          `address ${formatIP(ip.family, ip.value)} is already allocated`,
-        );
-      }
-      return { plan, start: ip.value };
+      const start = this.#allocator.firstFree(project, plan);
+      if (start !== undefined) return { plan, start };
     }
-    throw badRequest(`spec.address "${address}" is not in any IPPool of IPClass "${className}"`);
+    const last = plans[plans.length - 1];
+    const used = this.capacity(project, last).utilizationPercent;
+    throw exhausted(last.name, className, cls.prefixLength, used);
   }
 
-  /** Creates and binds a claim in one transaction (rolled back on dry run). */
-  createClaim(project: string, ns: string, body: unknown, dryRun = false): Obj {
-    const p = this.#project(project);
-    const { name, meta, spec } = this.#validateClaim(ns, body);
-    const [className, cls] = this.#resolveClass(p, spec);
-    const plans = p.pools.filter((x) => x.spec.classNames.includes(className));
-    if (plans.length === 0) throw badRequest(`IPClass "${className}" is not served by any IPPool`);
-    const fam: IPFamily = cls.ipFamily;
-    let picked: { plan: PoolPlan; start: bigint } | undefined;
-    const row = this.store.tx(() => {
-      if (this.#claimRow(project, ns, name)) throw alreadyExists("ipclaims", name);
-      if (spec.address) {
-        picked = this.#pinned(project, plans, className, cls, name, spec.address);
-      } else {
-        for (const plan of plans) {
-          const start = this.#firstFree(project, plan);
-          if (start !== undefined) {
-            picked = { plan, start };
-            break;
-          }
-        }
-      }
-      if (!picked) {
-        const last = plans[plans.length - 1];
-        throw exhausted(
-          last.name,
-          className,
-          cls.prefixLength,
-          this.capacity(project, last).utilizationPercent,
-        );
-      }
-      const rv = this.store.nextRV();
-      const now = timestamp();
-      const ownerRef: Obj = {
+  /** Writes the claim and its allocation for the picked unit (inside the create's tx). */
+  #bind(
+    project: string,
+    ns: string,
+    req: ClaimRequest,
+    className: string,
+    cls: ClassSpec,
+    picked: Pick,
+  ): ClaimRow {
+    const fam = cls.ipFamily;
+    const { address, prefixLength, scope } = req.spec;
+    // Milo overwrites ownerRef with the caller's project and keeps only the client's uid.
+    const spec: ClaimSpec = {
+      className,
+      ipFamily: fam,
+      ...(address === undefined ? {} : { address }),
+      ...(prefixLength === undefined ? {} : { prefixLength }),
+      ...(scope === undefined ? {} : { scope }),
+      reclaimPolicy: req.spec.reclaimPolicy ?? "Delete",
+      ownerRef: {
         apiGroup: "resourcemanager.miloapis.com",
         kind: "Project",
         name: project,
-      };
-      if (isObj(spec.ownerRef) && typeof spec.ownerRef.uid === "string") {
-        ownerRef.uid = spec.ownerRef.uid;
-      }
-      const finalSpec: Obj = { className, ipFamily: fam };
-      for (const k of CLAIM_SPEC_KEYS) {
-        if (k !== "className" && k !== "ipFamily" && k !== "ownerRef" && spec[k] !== undefined) {
-          finalSpec[k] = spec[k];
-        }
-      }
-      finalSpec.reclaimPolicy = spec.reclaimPolicy ?? "Delete";
-      finalSpec.ownerRef = ownerRef;
-      const cidr = formatCIDR(fam, picked.start, cls.prefixLength);
-      const single = cls.prefixLength === familyBits(fam);
-      const r: ClaimRow = {
-        project,
-        namespace: ns,
-        name,
-        uid: crypto.randomUUID(),
-        rv,
-        created: now,
-        labels: JSON.stringify(meta.labels ?? {}),
-        annotations: JSON.stringify(meta.annotations ?? {}),
-        spec: JSON.stringify(finalSpec),
-        class_name: className,
-        pool: picked.plan.name,
-        cidr,
-        address: single ? formatIP(fam, picked.start) : "",
-        alloc_name: `alloc-${randomHex(8)}`,
-        phase: "Bound",
-      };
-      this.store.sql(
-        `INSERT INTO claims (project, namespace, name, uid, rv, created, labels, annotations, spec,
-           class_name, pool, cidr, address, alloc_name, phase)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(
-        r.project,
-        r.namespace,
-        r.name,
-        r.uid,
-        r.rv,
-        r.created,
-        r.labels,
-        r.annotations,
-        r.spec,
-        r.class_name,
-        r.pool,
-        r.cidr,
-        r.address,
-        r.alloc_name,
-        r.phase,
-      );
-      this.store.sql(
-        `INSERT INTO allocations (project, namespace, name, uid, rv, created, pool, start, prefix, family,
-           cidr, class_name, claim_name, claim_uid, labels, phase)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'Allocated')`,
-      ).run(
-        project,
-        ns,
-        r.alloc_name,
-        crypto.randomUUID(),
-        rv,
-        now,
-        r.pool,
-        ipKey(picked.start),
-        cls.prefixLength,
-        fam,
-        cidr,
-        className,
-        name,
-        r.uid,
-        r.labels,
-      );
-      this.store.sql("UPDATE pools SET rv = ? WHERE project = ? AND name = ?").run(
-        rv,
-        project,
-        r.pool,
-      );
-      return r;
-    }, dryRun);
-    if (!dryRun && picked && !spec.address) {
-      this.#hints.set(
-        `${project}\0${picked.plan.name}`,
-        picked.start + this.#bounds(picked.plan).unit,
-      );
-    }
-    return this.claimObject(row);
+        ...(req.spec.ownerUid === undefined ? {} : { uid: req.spec.ownerUid }),
+      },
+    };
+    const rv = this.#store.nextRV();
+    const created = timestamp();
+    const cidr = formatCIDR(fam, picked.start, cls.prefixLength);
+    const claim: ClaimRow = {
+      project,
+      namespace: ns,
+      name: req.name,
+      uid: crypto.randomUUID(),
+      rv,
+      created,
+      labels: JSON.stringify(req.labels),
+      annotations: JSON.stringify(req.annotations),
+      spec: JSON.stringify(spec),
+      class_name: className,
+      pool: picked.plan.name,
+      cidr,
+      address: cls.prefixLength === familyBits(fam) ? formatIP(fam, picked.start) : "",
+      alloc_name: `alloc-${randomHex(8)}`,
+      phase: "Bound",
+    };
+    const allocation: AllocationRow = {
+      project,
+      namespace: ns,
+      name: claim.alloc_name,
+      uid: crypto.randomUUID(),
+      rv,
+      created,
+      pool: claim.pool,
+      start: ipKey(picked.start),
+      prefix: cls.prefixLength,
+      family: fam,
+      cidr,
+      class_name: className,
+      claim_name: claim.name,
+      claim_uid: claim.uid,
+      labels: claim.labels,
+      phase: "Allocated",
+    };
+    this.#store.insertClaim(claim);
+    this.#store.insertAllocation(allocation);
+    this.#store.touchPool(project, claim.pool, rv);
+    return claim;
   }
 
   /**
    * Deletes a claim and (reclaimPolicy Delete) its allocation in one
-   * transaction; answers the claim in phase Releasing. With `failRelease`
-   * the claim is left in phase Releasing and a 500 is thrown.
+   * transaction; answers the claim in phase Releasing. 404 when missing,
+   * 409 when `preconditions` do not match. With `failRelease` the claim is
+   * left in phase Releasing and a 500 is thrown.
    */
-  deleteClaim(
-    project: string,
-    ns: string,
-    name: string,
-    opts: { dryRun?: boolean; failRelease?: boolean } = {},
-  ): Obj {
+  deleteClaim(project: string, ns: string, name: string, opts: DeleteOptions = {}): IPClaimObject {
     this.#project(project);
     if (opts.failRelease) {
-      this.store.tx(() => {
-        if (!this.#claimRow(project, ns, name)) throw notFound("ipclaims", name);
-        this.store.sql(
-          "UPDATE claims SET phase = 'Releasing', rv = ? WHERE project = ? AND namespace = ? AND name = ?",
-        )
-          .run(this.store.nextRV(), project, ns, name);
+      this.#store.tx(() => {
+        this.#claimToDelete(project, ns, name, opts.preconditions);
+        this.#store.markClaimReleasing(project, ns, name, this.#store.nextRV());
       });
-      throw new ApiError(
-        500,
-        "InternalError",
-        `Internal error occurred: release of ipclaims.ipam.miloapis.com "${name}" did not complete; retry the delete`,
-        {
-          name,
-          group: "ipam.miloapis.com",
-          kind: "ipclaims",
-          causes: [{ message: "injected release failure" }],
-        },
-      );
+      throw releaseFailed(name);
     }
-    let freed: { pool: string; start: bigint } | undefined;
-    const out = this.store.tx(() => {
-      const r = this.#claimRow(project, ns, name);
-      if (!r) throw notFound("ipclaims", name);
-      const rv = this.store.nextRV();
-      const spec = JSON.parse(r.spec);
-      const alloc = this.store.sql(
-        "SELECT * FROM allocations WHERE project = ? AND namespace = ? AND name = ?",
-      )
-        .get(project, ns, r.alloc_name) as AllocationRow | undefined;
-      this.store.sql("DELETE FROM claims WHERE project = ? AND namespace = ? AND name = ?").run(
-        project,
-        ns,
-        name,
-      );
+    let freed: { pool: string; start: string } | undefined;
+    const out = this.#store.tx(() => {
+      const r = this.#claimToDelete(project, ns, name, opts.preconditions);
+      const rv = this.#store.nextRV();
+      const spec = JSON.parse(r.spec) as ClaimSpec;
+      const alloc = this.#store.getAllocation(project, ns, r.alloc_name);
+      this.#store.deleteClaim(project, ns, name);
       if (alloc && spec.reclaimPolicy !== "Retain") {
-        this.store.sql("DELETE FROM allocations WHERE project = ? AND namespace = ? AND name = ?")
-          .run(project, ns, r.alloc_name);
-        freed = { pool: alloc.pool, start: fromIpKey(alloc.start) };
+        this.#store.deleteAllocation(project, ns, r.alloc_name);
+        freed = alloc;
       } else if (alloc) {
-        this.store.sql(
-          "UPDATE allocations SET phase = 'Retained', rv = ? WHERE project = ? AND namespace = ? AND name = ?",
-        )
-          .run(rv, project, ns, r.alloc_name);
+        this.#store.retainAllocation(project, ns, r.alloc_name, rv);
       }
-      this.store.sql("UPDATE pools SET rv = ? WHERE project = ? AND name = ?").run(
-        rv,
-        project,
-        r.pool,
-      );
-      return this.claimObject(r, "Releasing", rv);
+      this.#store.touchPool(project, r.pool, rv);
+      return claimObject(r, "Releasing", rv);
     }, opts.dryRun);
     if (freed && !opts.dryRun) {
-      const key = `${project}\0${freed.pool}`;
-      const hint = this.#hints.get(key);
-      if (hint === undefined || freed.start < hint) this.#hints.set(key, freed.start);
+      this.#allocator.freed(project, freed.pool, fromIpKey(freed.start));
     }
     return out;
   }
 
-  // ---- IPAllocation -----------------------------------------------------
-
-  #allocationObject(r: AllocationRow): Obj {
-    const metadata = objectMeta(r);
-    const labels = JSON.parse(r.labels);
-    if (Object.keys(labels).length) metadata.labels = labels;
-    if (r.claim_name && r.phase === "Allocated") {
-      metadata.ownerReferences = [{
-        apiVersion: API_VERSION,
-        kind: "IPClaim",
-        name: r.claim_name,
-        uid: r.claim_uid,
-        controller: true,
-        blockOwnerDeletion: true,
-      }];
-    }
-    return {
-      apiVersion: API_VERSION,
-      kind: "IPAllocation",
-      metadata,
-      spec: {
-        poolRef: { name: r.pool },
-        className: r.class_name,
-        ipFamily: r.family,
-        cidr: r.cidr,
-        prefixLength: r.prefix,
-        claimRef: { namespace: r.namespace, name: r.claim_name, uid: r.claim_uid },
-      },
-      status: { phase: r.phase },
-    };
+  /** The stored claim a delete may remove: 404 when missing, 409 when a precondition fails. */
+  #claimToDelete(project: string, ns: string, name: string, pre: Preconditions = {}): ClaimRow {
+    const r = this.#store.getClaim(project, ns, name);
+    if (!r) throw notFound("ipclaims", name);
+    const why = unmetPrecondition(pre, { uid: r.uid, resourceVersion: String(r.rv) });
+    if (why) throw conflict("ipclaims", name, why);
+    return r;
   }
 
+  // ---- IPAllocation -----------------------------------------------------
+
   /** One allocation, or a 404. */
-  getAllocation(project: string, ns: string, name: string): Obj {
+  getAllocation(project: string, ns: string, name: string): IPAllocationObject {
     this.#project(project);
-    const r = this.store.sql(
-      "SELECT * FROM allocations WHERE project = ? AND namespace = ? AND name = ?",
-    )
-      .get(project, ns, name) as AllocationRow | undefined;
+    const r = this.#store.getAllocation(project, ns, name);
     if (!r) throw notFound("ipallocations", name);
-    return this.#allocationObject(r);
+    return allocationObject(r);
   }
 
   /** Allocations of a project (one namespace, or all). */
-  listAllocations(project: string, ns?: string): Obj[] {
+  listAllocations(project: string, ns?: string): IPAllocationObject[] {
     this.#project(project);
-    const rows =
-      (ns === undefined
-        ? this.store.sql("SELECT * FROM allocations WHERE project = ? ORDER BY namespace, name")
-          .all(project)
-        : this.store.sql(
-          "SELECT * FROM allocations WHERE project = ? AND namespace = ? ORDER BY name",
-        ).all(
-          project,
-          ns,
-        )) as unknown as AllocationRow[];
-    return rows.map((r) => this.#allocationObject(r));
+    return this.#store.listAllocations(project, ns).map(allocationObject);
   }
 }
 
-/** `metadata` of a stored object (namespace only for namespaced rows). */
-function objectMeta(
-  r: { name: string; namespace?: string; uid: string; rv: number; created: string },
-): Obj {
-  return {
-    name: r.name,
-    ...(r.namespace === undefined ? {} : { namespace: r.namespace }),
-    uid: r.uid,
-    resourceVersion: String(r.rv),
-    creationTimestamp: r.created,
-  };
+/** Names of the pools of `p` that serve class `className`, in seed order. */
+function poolsOf(p: Project, className: string): string[] {
+  return p.pools.filter((x) => x.spec.classNames.includes(className)).map((x) => x.name);
+}
+
+function releaseFailed(name: string): ApiError {
+  return new ApiError(
+    500,
+    "InternalError",
+    `Internal error occurred: release of ipclaims.ipam.miloapis.com "${name}" did not complete; retry the delete`,
+    {
+      name,
+      group: "ipam.miloapis.com",
+      kind: "ipclaims",
+      causes: [{ message: "injected release failure" }],
+    },
+  );
 }

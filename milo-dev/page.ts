@@ -2,9 +2,7 @@
 
 import type { Ipam } from "./ipam.ts";
 import { familyBits } from "./ipmath.ts";
-
-// deno-lint-ignore no-explicit-any
-type Obj = Record<string, any>;
+import type { IPClaimObject } from "./objects.ts";
 
 const P = "milo-ipam.io/";
 const UNLABELLED = "(unlabelled)";
@@ -18,18 +16,33 @@ export interface Lease {
   addresses: { cidr: string; address: string; family: string; pool: string; claim: string }[];
 }
 
+/** One pool's bar on the page (counts as decimal strings: IPv6 exceeds 64 bits). */
+export interface PoolUsage {
+  name: string;
+  cidr: string;
+  ipFamily: string;
+  classNames: string[];
+  unitPrefixLength: number;
+  single: boolean;
+  total: string;
+  allocated: string;
+  available: string;
+  reserved: string;
+  utilizationPercent: number;
+}
+
 /** Utilization snapshot of the projects shown on the page. */
 export interface Utilization {
   generatedAt: string;
   projects: {
     name: string;
     claims: number;
-    pools: Obj[];
+    pools: PoolUsage[];
     clusters: { name: string; nodes: { name: string; leases: Lease[] }[] }[];
   }[];
 }
 
-function ident(o: Obj, key: string): string {
+function ident(o: IPClaimObject, key: string): string {
   return o.metadata.annotations?.[P + key] || o.metadata.labels?.[P + key] || "";
 }
 
@@ -39,7 +52,7 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
   return {
     generatedAt: new Date().toISOString(),
     projects: names.map((name) => {
-      const pools = ipam.poolPlans(name).map((plan) => {
+      const pools = ipam.poolPlans(name).map((plan): PoolUsage => {
         const c = ipam.capacity(name, plan);
         return {
           name: plan.name,

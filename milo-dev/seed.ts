@@ -1,6 +1,7 @@
 /** Seed file: tenants, their bearer tokens, IPClasses and IPPools. */
 
 import { blockSize, type CIDR, type IPFamily, parseCIDR } from "./ipmath.ts";
+import { subdomainError } from "./names.ts";
 
 /** IPClass spec as seeded (see milo-dev/README.md). */
 export interface ClassSpec {
@@ -56,12 +57,10 @@ function fail(where: string, what: string): never {
   throw new SeedError(`seed: ${where}: ${what}`);
 }
 
-const DNS1123 = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
 function nameOf(o: unknown, where: string): string {
   const n = (o as { metadata?: { name?: unknown }; name?: unknown })?.metadata
     ?.name ?? (o as { name?: unknown })?.name;
-  if (typeof n !== "string" || !DNS1123.test(n)) fail(where, "needs metadata.name (DNS-1123)");
+  if (typeof n !== "string" || subdomainError(n)) fail(where, "needs metadata.name (DNS-1123)");
   return n;
 }
 

@@ -1,5 +1,7 @@
 /** Kubernetes label and field selector parsing and matching. */
 
+import { labelValueError, qualifiedNameError } from "./names.ts";
+
 /** One label requirement. */
 export type LabelRequirement =
   | { key: string; op: "=" | "!="; value: string }
@@ -15,10 +17,6 @@ export interface FieldRequirement {
 
 /** Thrown for a selector that does not parse. */
 export class SelectorError extends Error {}
-
-const KEY =
-  /^([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
-const VALUE = /^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$/;
 
 function splitTop(s: string): string[] {
   const out: string[] = [];
@@ -37,7 +35,7 @@ function splitTop(s: string): string[] {
 }
 
 function checkKey(key: string, whole: string): string {
-  if (!KEY.test(key) || key.length > 317) {
+  if (qualifiedNameError(key) !== undefined) {
     throw new SelectorError(
       `unable to parse requirement: invalid label key "${key}" in "${whole}"`,
     );
@@ -46,7 +44,7 @@ function checkKey(key: string, whole: string): string {
 }
 
 function checkValue(value: string, whole: string): string {
-  if (!VALUE.test(value) || value.length > 63) {
+  if (labelValueError(value) !== undefined) {
     throw new SelectorError(
       `unable to parse requirement: invalid label value "${value}" in "${whole}"`,
     );

@@ -1,8 +1,12 @@
-/** SQLite persistence (node:sqlite): schema, transactions, resourceVersion. */
+/**
+ * SQLite persistence (node:sqlite): the schema, transactions, the global
+ * resourceVersion, and every statement behind a named method.
+ */
 
-import { DatabaseSync, type StatementSync } from "node:sqlite";
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import { fromIpKey, ipKey } from "./ipmath.ts";
 
-/** A claim row as stored. */
+/** A claim row as stored (`labels`, `annotations`, `spec` are JSON text). */
 export interface ClaimRow {
   project: string;
   namespace: string;
@@ -16,12 +20,13 @@ export interface ClaimRow {
   class_name: string;
   pool: string;
   cidr: string;
+  /** The single address of a /32 or /128 claim; empty for blocks. */
   address: string;
   alloc_name: string;
   phase: string;
 }
 
-/** An allocation row as stored. */
+/** An allocation row as stored (`start` in {@link ipKey} form, `labels` JSON text). */
 export interface AllocationRow {
   project: string;
   namespace: string;
@@ -41,7 +46,7 @@ export interface AllocationRow {
   phase: string;
 }
 
-/** A seeded class or pool row. */
+/** A seeded class or pool row (`spec` JSON text, `ord` its place in the seed). */
 export interface ObjectRow {
   project: string;
   name: string;
@@ -51,6 +56,9 @@ export interface ObjectRow {
   spec: string;
   ord: number;
 }
+
+/** The two tables the seed fills. */
+export type SeededTable = "classes" | "pools";
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -80,27 +88,93 @@ CREATE TABLE IF NOT EXISTS allocations (
   UNIQUE (project, pool, start));
 `;
 
+const CLAIM_COLUMNS = [
+  "project",
+  "namespace",
+  "name",
+  "uid",
+  "rv",
+  "created",
+  "labels",
+  "annotations",
+  "spec",
+  "class_name",
+  "pool",
+  "cidr",
+  "address",
+  "alloc_name",
+  "phase",
+] as const satisfies readonly (keyof ClaimRow)[];
+
+const ALLOCATION_COLUMNS = [
+  "project",
+  "namespace",
+  "name",
+  "uid",
+  "rv",
+  "created",
+  "pool",
+  "start",
+  "prefix",
+  "family",
+  "cidr",
+  "class_name",
+  "claim_name",
+  "claim_uid",
+  "labels",
+  "phase",
+] as const satisfies readonly (keyof AllocationRow)[];
+
+function insertSql(table: string, columns: readonly string[]): string {
+  return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${
+    columns.map(() => "?").join(", ")
+  })`;
+}
+
+const KEY3 = "project = ? AND namespace = ? AND name = ?";
+
 /** The database: one file, WAL, synchronous=FULL. */
 export class Store {
-  readonly db: DatabaseSync;
+  readonly #db: DatabaseSync;
   #stmts = new Map<string, StatementSync>();
 
   constructor(path: string) {
-    this.db = new DatabaseSync(path);
-    this.db.exec("PRAGMA journal_mode=WAL");
-    this.db.exec("PRAGMA synchronous=FULL");
-    this.db.exec("PRAGMA busy_timeout=5000");
-    this.db.exec(SCHEMA);
+    this.#db = new DatabaseSync(path);
+    this.#db.exec("PRAGMA journal_mode=WAL");
+    this.#db.exec("PRAGMA synchronous=FULL");
+    this.#db.exec("PRAGMA busy_timeout=5000");
+    this.#db.exec(SCHEMA);
   }
 
-  /** A cached prepared statement. */
-  sql(text: string): StatementSync {
+  #sql(text: string): StatementSync {
     let s = this.#stmts.get(text);
     if (!s) {
-      s = this.db.prepare(text);
+      s = this.#db.prepare(text);
       this.#stmts.set(text, s);
     }
     return s;
+  }
+
+  #get<T>(text: string, ...params: SQLInputValue[]): T | undefined {
+    return this.#sql(text).get(...params) as T | undefined;
+  }
+
+  #all<T>(text: string, ...params: SQLInputValue[]): T[] {
+    return this.#sql(text).all(...params) as unknown as T[];
+  }
+
+  #run(text: string, ...params: SQLInputValue[]): void {
+    this.#sql(text).run(...params);
+  }
+
+  #namespaced<T>(table: "claims" | "allocations", project: string, ns?: string): T[] {
+    return ns === undefined
+      ? this.#all(`SELECT * FROM ${table} WHERE project = ? ORDER BY namespace, name`, project)
+      : this.#all(
+        `SELECT * FROM ${table} WHERE project = ? AND namespace = ? ORDER BY name`,
+        project,
+        ns,
+      );
   }
 
   /**
@@ -108,37 +182,188 @@ export class Store {
    * throws or when `rollback` is set (dry runs).
    */
   tx<T>(fn: () => T, rollback = false): T {
-    this.db.exec("BEGIN IMMEDIATE");
+    this.#db.exec("BEGIN IMMEDIATE");
     let result: T;
     try {
       result = fn();
     } catch (err) {
-      this.db.exec("ROLLBACK");
+      this.#db.exec("ROLLBACK");
       throw err;
     }
-    this.db.exec(rollback ? "ROLLBACK" : "COMMIT");
+    this.#db.exec(rollback ? "ROLLBACK" : "COMMIT");
     return result;
   }
 
   /** Increments and returns the global resourceVersion (inside a tx). */
   nextRV(): number {
-    const row = this.sql(
+    const row = this.#get<{ value: number }>(
       "UPDATE meta SET value = value + 1 WHERE key = 'rv' RETURNING value",
-    ).get() as { value: number };
-    return Number(row.value);
+    );
+    return Number(row!.value);
   }
 
   /** The current global resourceVersion. */
   currentRV(): number {
-    const row = this.sql("SELECT value FROM meta WHERE key = 'rv'").get() as {
-      value: number;
-    };
-    return Number(row.value);
+    return Number(this.#get<{ value: number }>("SELECT value FROM meta WHERE key = 'rv'")!.value);
+  }
+
+  // ---- seeded classes and pools -----------------------------------------
+
+  /** Writes a seeded object; a new resourceVersion only when its spec changed. */
+  syncObject(table: SeededTable, r: Omit<ObjectRow, "uid" | "rv">): void {
+    const old = this.#get<{ spec: string }>(
+      `SELECT spec FROM ${table} WHERE project = ? AND name = ?`,
+      r.project,
+      r.name,
+    );
+    if (!old) {
+      this.#run(
+        insertSql(table, ["project", "name", "uid", "rv", "created", "spec", "ord"]),
+        r.project,
+        r.name,
+        crypto.randomUUID(),
+        this.nextRV(),
+        r.created,
+        r.spec,
+        r.ord,
+      );
+    } else if (old.spec !== r.spec) {
+      this.#run(
+        `UPDATE ${table} SET spec = ?, rv = ?, ord = ? WHERE project = ? AND name = ?`,
+        r.spec,
+        this.nextRV(),
+        r.ord,
+        r.project,
+        r.name,
+      );
+    } else {
+      this.#run(
+        `UPDATE ${table} SET ord = ? WHERE project = ? AND name = ?`,
+        r.ord,
+        r.project,
+        r.name,
+      );
+    }
+  }
+
+  /** Deletes the seeded objects for which `keep(project, name)` is false. */
+  pruneObjects(table: SeededTable, keep: (project: string, name: string) => boolean): void {
+    const rows = this.#all<{ project: string; name: string }>(`SELECT project, name FROM ${table}`);
+    for (const r of rows) {
+      if (!keep(r.project, r.name)) {
+        this.#run(`DELETE FROM ${table} WHERE project = ? AND name = ?`, r.project, r.name);
+      }
+    }
+  }
+
+  /** One seeded object. */
+  getObject(table: SeededTable, project: string, name: string): ObjectRow | undefined {
+    return this.#get(`SELECT * FROM ${table} WHERE project = ? AND name = ?`, project, name);
+  }
+
+  /** A project's seeded objects by name. */
+  listObjects(table: SeededTable, project: string): ObjectRow[] {
+    return this.#all(`SELECT * FROM ${table} WHERE project = ? ORDER BY name`, project);
+  }
+
+  /** Gives a pool a new resourceVersion (its status changed). */
+  touchPool(project: string, pool: string, rv: number): void {
+    this.#run("UPDATE pools SET rv = ? WHERE project = ? AND name = ?", rv, project, pool);
+  }
+
+  // ---- claims -----------------------------------------------------------
+
+  /** One claim. */
+  getClaim(project: string, ns: string, name: string): ClaimRow | undefined {
+    return this.#get(`SELECT * FROM claims WHERE ${KEY3}`, project, ns, name);
+  }
+
+  /** Claims of a project (one namespace, or all) by namespace and name. */
+  listClaims(project: string, ns?: string): ClaimRow[] {
+    return this.#namespaced("claims", project, ns);
+  }
+
+  /** Stores a new claim. */
+  insertClaim(r: ClaimRow): void {
+    this.#run(insertSql("claims", CLAIM_COLUMNS), ...CLAIM_COLUMNS.map((c) => r[c]));
+  }
+
+  /** Leaves a claim in phase Releasing (a release that did not complete). */
+  markClaimReleasing(project: string, ns: string, name: string, rv: number): void {
+    this.#run(`UPDATE claims SET phase = 'Releasing', rv = ? WHERE ${KEY3}`, rv, project, ns, name);
+  }
+
+  /** Removes a claim. */
+  deleteClaim(project: string, ns: string, name: string): void {
+    this.#run(`DELETE FROM claims WHERE ${KEY3}`, project, ns, name);
+  }
+
+  // ---- allocations ------------------------------------------------------
+
+  /** One allocation. */
+  getAllocation(project: string, ns: string, name: string): AllocationRow | undefined {
+    return this.#get(`SELECT * FROM allocations WHERE ${KEY3}`, project, ns, name);
+  }
+
+  /** Allocations of a project (one namespace, or all) by namespace and name. */
+  listAllocations(project: string, ns?: string): AllocationRow[] {
+    return this.#namespaced("allocations", project, ns);
+  }
+
+  /** Stores a new allocation. */
+  insertAllocation(r: AllocationRow): void {
+    this.#run(insertSql("allocations", ALLOCATION_COLUMNS), ...ALLOCATION_COLUMNS.map((c) => r[c]));
+  }
+
+  /** Removes an allocation (its unit is free). */
+  deleteAllocation(project: string, ns: string, name: string): void {
+    this.#run(`DELETE FROM allocations WHERE ${KEY3}`, project, ns, name);
+  }
+
+  /** Keeps an allocation whose claim is gone (reclaimPolicy Retain). */
+  retainAllocation(project: string, ns: string, name: string, rv: number): void {
+    this.#run(
+      `UPDATE allocations SET phase = 'Retained', rv = ? WHERE ${KEY3}`,
+      rv,
+      project,
+      ns,
+      name,
+    );
+  }
+
+  /** How many units of a pool are allocated. */
+  countAllocations(project: string, pool: string): number {
+    return this.#get<{ n: number }>(
+      "SELECT count(*) AS n FROM allocations WHERE project = ? AND pool = ?",
+      project,
+      pool,
+    )!.n;
+  }
+
+  /** Starts of a pool's allocations at or above `from`, ascending, at most `limit`. */
+  allocationsFrom(project: string, pool: string, from: bigint, limit: number): bigint[] {
+    return this.#all<{ start: string }>(
+      "SELECT start FROM allocations WHERE project = ? AND pool = ? AND start >= ? ORDER BY start LIMIT ?",
+      project,
+      pool,
+      ipKey(from),
+      limit,
+    ).map((r) => fromIpKey(r.start));
+  }
+
+  /** Whether the unit starting at `start` is allocated. */
+  isAllocated(project: string, pool: string, start: bigint): boolean {
+    return this.#get(
+      "SELECT 1 FROM allocations WHERE project = ? AND pool = ? AND start = ?",
+      project,
+      pool,
+      ipKey(start),
+    ) !== undefined;
   }
 
   /** Closes the database. */
   close(): void {
     this.#stmts.clear();
-    this.db.close();
+    this.#db.close();
   }
 }

@@ -1,7 +1,7 @@
 /** CLI, TLS and seed formats of milo-dev. */
 
 import assert from "node:assert/strict";
-import { claimBody, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 const MAIN = new URL("../milo-dev/main.ts", import.meta.url).pathname;
 

@@ -1,7 +1,8 @@
 /** Concurrency: two clusters hammering one small pool never share an address. */
 
 import assert from "node:assert/strict";
-import { claimBody, DEV_SEED, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
+import { DEV_SEED } from "../testing/seeds.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;

@@ -2,7 +2,8 @@
 
 import assert from "node:assert/strict";
 import { parseCIDR } from "../milo-dev/ipmath.ts";
-import { claimBody, DEV_SEED, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
+import { DEV_SEED } from "../testing/seeds.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
@@ -376,6 +377,82 @@ Deno.test("milo-dev contract: status-403 (class not consumable) and status-507 (
     assert.equal(pool.body.status.utilizationPercent, 100);
     const dry = await miloApi(dev, "POST", `${NS}/ipclaims?dryRun=All`, { body: claimBody("c8") });
     assert.equal(dry.status, 507);
+  } finally {
+    await dev.stop();
+  }
+});
+
+Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Conflict)", async () => {
+  const dev = await startMiloDev();
+  try {
+    const del = (name: string, body?: unknown) =>
+      miloApi(dev, "DELETE", `${NS}/ipclaims/${name}`, { body });
+    const created = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-1") });
+    assert.equal(created.status, 201);
+    const { uid, resourceVersion } = created.body.metadata;
+    const options = (preconditions: Any) => ({
+      kind: "DeleteOptions",
+      apiVersion: "v1",
+      preconditions,
+    });
+
+    const badUid = await del("pre-1", options({ uid: "3f1c0000-0000-4000-8000-000000000000" }));
+    assert.deepEqual([badUid.status, badUid.body], [409, {
+      kind: "Status",
+      apiVersion: "v1",
+      metadata: {},
+      status: "Failure",
+      message: `Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "pre-1": ` +
+        `Precondition failed: UID in precondition: 3f1c0000-0000-4000-8000-000000000000, ` +
+        `UID in object meta: ${uid}`,
+      reason: "Conflict",
+      details: { name: "pre-1", group: "ipam.miloapis.com", kind: "ipclaims" },
+      code: 409,
+    }]);
+    const badRv = await del("pre-1", options({ uid, resourceVersion: "1" }));
+    assert.equal(badRv.status, 409);
+    assert.match(
+      badRv.body.message,
+      new RegExp(
+        `Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: ${resourceVersion}$`,
+      ),
+    );
+    const dry = await miloApi(dev, "DELETE", `${NS}/ipclaims/pre-1?dryRun=All`, {
+      body: options({ uid: "other" }),
+    });
+    assert.equal(dry.status, 409);
+    const kept = await miloApi(dev, "GET", `${NS}/ipclaims/pre-1`);
+    assert.deepEqual(
+      [kept.status, kept.body],
+      [200, created.body],
+      "a failed precondition leaves the claim",
+    );
+
+    const notJson = await dev.fetch(
+      `${dev.url}/apis/ipam.miloapis.com/v1alpha1${NS}/ipclaims/pre-1`,
+      {
+        method: "DELETE",
+        headers: { authorization: `Bearer ${dev.token}`, "content-type": "application/json" },
+        body: "{not json",
+      },
+    );
+    assert.deepEqual([notJson.status, (await notJson.json()).reason], [400, "BadRequest"]);
+    assert.equal((await del("pre-1", [])).status, 400);
+    assert.equal((await del("pre-1", options("uid"))).status, 400);
+    assert.equal((await del("pre-1", options({ uid: 7 }))).status, 400);
+    assert.equal((await miloApi(dev, "GET", `${NS}/ipclaims/pre-1`)).status, 200);
+
+    const ok = await del("pre-1", options({ uid, resourceVersion }));
+    assert.equal(ok.status, 200);
+    assert.equal(ok.body.status.phase, "Releasing");
+    const gone = await del("pre-1", options({ uid }));
+    assert.equal(gone.status, 404, "a missing claim is 404 before any precondition");
+
+    await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-2") });
+    const noPre = await del("pre-2", { kind: "DeleteOptions", propagationPolicy: "Background" });
+    assert.equal(noPre.status, 200, "DeleteOptions without preconditions deletes as before");
+    await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-3") });
+    assert.equal((await del("pre-3", options(null))).status, 200);
   } finally {
     await dev.stop();
   }

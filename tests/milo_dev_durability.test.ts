@@ -1,7 +1,7 @@
 /** Durability: kill -9 and restart on the same database loses nothing. */
 
 import assert from "node:assert/strict";
-import { claimBody, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;

@@ -1,7 +1,7 @@
 /** Fault injection through the admin port: each kind, bounded, switchable. */
 
 import assert from "node:assert/strict";
-import { claimBody, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 const NS = "/namespaces/default";
 

@@ -1,7 +1,7 @@
 /** The utilization page, rendered by headless Chromium. */
 
 import assert from "node:assert/strict";
-import { claimBody, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = new URL("../.tmp/artifacts/", import.meta.url).pathname;

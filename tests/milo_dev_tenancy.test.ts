@@ -1,7 +1,7 @@
 /** Tenancy: tokens map to projects; a project sees only its own world. */
 
 import assert from "node:assert/strict";
-import { claimBody, miloApi, startMiloDev } from "./support/milo_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;

@@ -1,0 +1,84 @@
+/** The admin listener (loopback, no auth): faults and counters. */
+
+import { defaultFaults, FaultError, type Faults, mergeFaults } from "./faults.ts";
+import type { Stats } from "./stats.ts";
+
+/** What the admin endpoints act on. */
+export interface AdminContext {
+  faults(): Faults;
+  /** Puts new fault settings in force (opening or closing the API listener for `down`). */
+  setFaults(next: Faults): Promise<void>;
+  stats(): Stats;
+  resetStats(): Stats;
+}
+
+/** A running admin listener. */
+export interface AdminServer {
+  port: number;
+  close(): Promise<void>;
+}
+
+const HELP =
+  "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET /stats   POST /stats/reset\n  GET /healthz\n";
+
+function json(v: unknown, status = 200): Response {
+  return new Response(JSON.stringify(v, null, 2) + "\n", {
+    status,
+    headers: { "content-type": "application/json" },
+  });
+}
+
+async function handle(req: Request, ctx: AdminContext): Promise<Response> {
+  const { pathname } = new URL(req.url);
+  const m = req.method;
+  if (pathname === "/faults") {
+    if (m === "GET") return json(ctx.faults());
+    if (m === "DELETE") {
+      await ctx.setFaults(defaultFaults());
+      return json(ctx.faults());
+    }
+    if (m === "PUT" || m === "POST" || m === "PATCH") {
+      const patch = await req.json().catch(() => {
+        throw new FaultError("body must be JSON");
+      });
+      const base = m === "PUT" ? defaultFaults() : ctx.faults();
+      await ctx.setFaults(mergeFaults(base, patch));
+      return json(ctx.faults());
+    }
+  }
+  if (pathname === "/stats" && m === "GET") return json(ctx.stats());
+  if ((pathname === "/stats/reset" && m === "POST") || (pathname === "/stats" && m === "DELETE")) {
+    return json(ctx.resetStats());
+  }
+  if (pathname === "/healthz") return new Response("ok\n");
+  if (pathname === "/") return new Response(HELP);
+  return json({ error: "not found" }, 404);
+}
+
+/** Serves the admin endpoints on `host:port` (0 picks a free port). */
+export function serveAdmin(host: string, port: number, ctx: AdminContext): AdminServer {
+  const abort = new AbortController();
+  let bound = 0;
+  const server = Deno.serve({
+    hostname: host,
+    port,
+    signal: abort.signal,
+    onListen: (a) => bound = a.port,
+  }, async (req) => {
+    try {
+      return await handle(req, ctx);
+    } catch (err) {
+      if (err instanceof FaultError || err instanceof SyntaxError) {
+        return json({ error: err.message }, 400);
+      }
+      return json({ error: String(err) }, 500);
+    }
+  });
+  return {
+    port: bound || server.addr.port,
+    async close() {
+      abort.abort();
+      await server.finished;
+    },
+  };
+}

@@ -1,0 +1,268 @@
+/**
+ * The API listener (node:http or node:https): body limits, the page and its
+ * feed, faults around each API request, counters, and closing and reopening
+ * on the same port for the `down` fault.
+ */
+
+import http from "node:http";
+import https from "node:https";
+import type { Socket } from "node:net";
+import { authenticate, handleApi, notARoute, parseRoute, type Reply } from "./api.ts";
+import type { Decision, Faults, FaultState } from "./faults.ts";
+import type { Ipam } from "./ipam.ts";
+import { renderPage, utilization } from "./page.ts";
+import { bump, type Stats } from "./stats.ts";
+import { ApiError, injected } from "./status.ts";
+
+const MAX_BODY = 1 << 20;
+
+/** What the listener needs. */
+export interface ListenerOptions {
+  host: string;
+  /** 0 picks a free port; reopening after `down` reuses the bound one. */
+  port: number;
+  /** PEM certificate and key: HTTPS. */
+  tls?: { cert: string; key: string };
+  ipam: Ipam;
+  faults: FaultState;
+  /** The counters in force (a reset replaces them). */
+  stats: () => Stats;
+  log: (line: string) => void;
+}
+
+/** The API listener. */
+export class ApiListener {
+  readonly #o: ListenerOptions;
+  #server: http.Server | undefined;
+  #port: number;
+  #sockets = new Set<Socket>();
+  #hangs = new Set<ReturnType<typeof setTimeout>>();
+
+  constructor(opts: ListenerOptions) {
+    this.#o = opts;
+    this.#port = opts.port;
+  }
+
+  /** The bound port (after the first {@link listen}). */
+  get port(): number {
+    return this.#port;
+  }
+
+  /** Binds the port and serves. */
+  listen(): Promise<void> {
+    const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) =>
+      this.#onRequest(req, res);
+    const tls = this.#o.tls;
+    const s = tls ? https.createServer(tls, onRequest) : http.createServer(onRequest);
+    s.keepAliveTimeout = 5_000;
+    s.on("connection", (sock: Socket) => {
+      this.#o.stats().connections++;
+      this.#sockets.add(sock);
+      sock.on("close", () => this.#sockets.delete(sock));
+    });
+    if (tls) {
+      s.on("secureConnection", () => {
+        const st = this.#o.stats();
+        st.tlsHandshakes = (st.tlsHandshakes ?? 0) + 1;
+      });
+    }
+    s.on("clientError", (_err, sock: Socket) => sock.destroy());
+    return new Promise((resolve, reject) => {
+      s.once("error", reject);
+      s.listen(this.#port, this.#o.host, () => {
+        s.off("error", reject);
+        const a = s.address();
+        if (a && typeof a === "object") this.#port = a.port;
+        this.#server = s;
+        resolve();
+      });
+    });
+  }
+
+  /** Stops listening and drops every connection and hung request. */
+  close(): Promise<void> {
+    const s = this.#server;
+    this.#server = undefined;
+    for (const t of this.#hangs) clearTimeout(t);
+    this.#hangs.clear();
+    for (const sock of this.#sockets) sock.destroy();
+    this.#sockets.clear();
+    if (!s) return Promise.resolve();
+    return new Promise((resolve) => s.close(() => resolve()));
+  }
+
+  async #onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const t0 = performance.now();
+    const body = await readBody(req, res);
+    if (body === undefined) return;
+    const url = new URL(req.url ?? "/", "http://milo-dev");
+    const p = url.pathname;
+    const { ipam, log } = this.#o;
+    const stats = this.#o.stats();
+    try {
+      if (p === "/" && (req.method === "GET" || req.method === "HEAD")) {
+        stats.page.html++;
+        const project = url.searchParams.get("project");
+        const html = renderPage(utilization(ipam, project), project);
+        res.writeHead(200, {
+          "content-type": "text/html; charset=utf-8",
+          "cache-control": "no-store",
+          "server-timing": timingSince(t0),
+        });
+        res.end(req.method === "HEAD" ? undefined : html);
+      } else if (p === "/-/utilization" && req.method === "GET") {
+        stats.page.feed++;
+        const feed = utilization(ipam, url.searchParams.get("project"));
+        send(res, { status: 200, body: feed }, timingSince(t0));
+      } else if ((p === "/healthz" || p === "/readyz") && req.method === "GET") {
+        res.writeHead(200, { "content-type": "text/plain" });
+        res.end("ok");
+      } else await this.#onApi(req, res, url, body, t0);
+    } catch (err) {
+      log(`milo-dev: ${err instanceof Error ? err.stack : err}`);
+      if (!res.headersSent) {
+        const e = new ApiError(500, "InternalError", `Internal error occurred: ${err}`);
+        send(res, { status: 500, body: e.status }, timingSince(t0));
+      } else res.socket?.destroy();
+    }
+  }
+
+  /** One `/apis/...` request (or an unknown path) with the faults drawn for it. */
+  async #onApi(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    url: URL,
+    body: string,
+    t0: number,
+  ): Promise<void> {
+    const method = req.method ?? "GET";
+    const route = parseRoute(url.pathname);
+    const kind = route?.resource ?? "other";
+    const stats = this.#o.stats();
+    stats.total++;
+    bump(stats.byMethod, method);
+    bump(stats.byKind, kind);
+    const d = this.#o.faults.decide(method, kind);
+    const f = this.#o.faults.get();
+    let delayed = 0;
+    if (d.delayMs > 0) {
+      stats.faults.latency++;
+      const start = performance.now();
+      await new Promise((r) => setTimeout(r, d.delayMs));
+      delayed = performance.now() - start;
+    }
+    // Injected latency is reported apart, so milo;dur stays the handling time.
+    const timing = () => {
+      const ms = performance.now() - t0 - delayed;
+      return `milo;dur=${ms.toFixed(3)}` + (delayed ? `, fault;dur=${delayed.toFixed(3)}` : "");
+    };
+    if (f.faultPoint === "before" && this.#fault(res, d, f, timing)) return;
+    const authorization = req.headers.authorization ?? null;
+    let reply: Reply;
+    try {
+      if (route) {
+        reply = handleApi(this.#o.ipam, {
+          method,
+          url,
+          route,
+          authorization,
+          body,
+          failRelease: d.failRelease,
+        });
+        if (d.failRelease) stats.faults.releaseFail++;
+      } else {
+        const other = { method, url, route: { resource: "other" }, authorization, body };
+        authenticate(this.#o.ipam, other);
+        reply = notARoute();
+      }
+    } catch (err) {
+      reply = this.#internalError(err, method, url);
+    }
+    if (f.faultPoint === "after" && this.#fault(res, d, f, timing)) return;
+    bump(stats.byStatus, String(reply.status));
+    send(res, reply, timing());
+  }
+
+  /** Applies a drawn fault to the answer; false when there is none. */
+  #fault(res: http.ServerResponse, d: Decision, f: Faults, timing: () => string): boolean {
+    if (d.action === "none") return false;
+    const stats = this.#o.stats();
+    stats.faults[d.action]++;
+    if (d.action === "reset") res.socket?.destroy();
+    else if (d.action === "hang") this.#hang(res, f.hangMs);
+    else {
+      const e = injected(d.status, f.retryAfterSeconds);
+      bump(stats.byStatus, String(d.status));
+      send(res, { status: e.status.code, body: e.status, headers: e.headers }, timing());
+    }
+    return true;
+  }
+
+  /** Answers nothing for `ms`, then drops the connection. */
+  #hang(res: http.ServerResponse, ms: number): void {
+    const t = setTimeout(() => {
+      this.#hangs.delete(t);
+      res.socket?.destroy();
+    }, ms);
+    this.#hangs.add(t);
+    res.on("close", () => {
+      clearTimeout(t);
+      this.#hangs.delete(t);
+    });
+  }
+
+  #internalError(err: unknown, method: string, url: URL): Reply {
+    if (err instanceof ApiError) {
+      return { status: err.status.code, body: err.status, headers: err.headers };
+    }
+    this.#o.log(
+      `milo-dev: internal error on ${method} ${url.pathname}: ${
+        err instanceof Error ? err.stack : err
+      }`,
+    );
+    const e = new ApiError(500, "InternalError", `Internal error occurred: ${err}`, {
+      causes: [{ message: String(err) }],
+    });
+    return { status: 500, body: e.status };
+  }
+}
+
+/** The whole body as text; undefined when it was too large (answered 413) or the read failed. */
+async function readBody(
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+): Promise<string | undefined> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for await (const c of req) {
+      size += c.length;
+      if (size > MAX_BODY) {
+        const e = new ApiError(413, "RequestEntityTooLarge", "the request body is too large");
+        send(res, { status: 413, body: e.status }, `milo;dur=0`);
+        return undefined;
+      }
+      chunks.push(c);
+    }
+  } catch {
+    return undefined;
+  }
+  return new TextDecoder().decode(
+    chunks.length === 1 ? chunks[0] : new Uint8Array(chunks.flatMap((c) => [...c])),
+  );
+}
+
+function send(res: http.ServerResponse, reply: Reply, timing: string): void {
+  const body = JSON.stringify(reply.body);
+  res.writeHead(reply.status, {
+    "content-type": "application/json",
+    "cache-control": "no-store",
+    "server-timing": timing,
+    ...reply.headers,
+  });
+  res.end(body);
+}
+
+function timingSince(t0: number): string {
+  return `milo;dur=${(performance.now() - t0).toFixed(3)}`;
+}

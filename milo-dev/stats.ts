@@ -1,0 +1,37 @@
+/** Request and connection counters, served at admin `/stats`. */
+
+/** The counters since start or the last reset. */
+export interface Stats {
+  /** API requests (`/apis/...` and unknown paths). */
+  total: number;
+  byMethod: Record<string, number>;
+  byKind: Record<string, number>;
+  byStatus: Record<string, number>;
+  faults: Record<"latency" | "error" | "reset" | "hang" | "releaseFail", number>;
+  page: { html: number; feed: number };
+  /** TCP connections accepted by the API listener. */
+  connections: number;
+  /** TLS handshakes completed on them (HTTPS only); a failed handshake counts as a connection only. */
+  tlsHandshakes?: number;
+  since: string;
+}
+
+/** Zeroed counters; `tlsHandshakes` only when the API serves TLS. */
+export function newStats(tls: boolean): Stats {
+  return {
+    total: 0,
+    byMethod: {},
+    byKind: {},
+    byStatus: {},
+    faults: { latency: 0, error: 0, reset: 0, hang: 0, releaseFail: 0 },
+    page: { html: 0, feed: 0 },
+    connections: 0,
+    ...(tls ? { tlsHandshakes: 0 } : {}),
+    since: new Date().toISOString(),
+  };
+}
+
+/** Adds one to `m[k]`. */
+export function bump(m: Record<string, number>, k: string): void {
+  m[k] = (m[k] ?? 0) + 1;
+}

@@ -1,0 +1,43 @@
+/** The milo-dev seeds of tests, bench and demo (the JSON files in `seeds/`), with their tokens. */
+
+import bench from "./seeds/bench.json" with { type: "json" };
+import demo from "./seeds/demo.json" with { type: "json" };
+import e2e from "./seeds/e2e.json" with { type: "json" };
+import example from "./seeds/example.json" with { type: "json" };
+import plugin from "./seeds/plugin.json" with { type: "json" };
+
+/** The seed's first token of its first project. */
+function firstToken(seed: { projects: { tokens: string[] }[] }): string {
+  return seed.projects[0].tokens[0];
+}
+
+/**
+ * milo-dev's example and default seed: tenant-a (`dev-token-a`: a /24 of
+ * IPv4 /32s, a /64 of IPv6 /96s) and tenant-b (`dev-token-b`: a /26).
+ */
+export const DEV_SEED = example;
+
+/** The process tests' seed: tenant-a with a tiny /127 and a class it may not use; empty tenant-b. */
+export const PLUGIN_SEED = plugin;
+/** Bearer token of {@link PLUGIN_SEED}'s tenant-a. */
+export const PLUGIN_TOKEN = firstToken(plugin);
+
+/** The demo's seed: one tenant, a /27 of IPv4 and a /64 of IPv6 /96s. */
+export const DEMO_SEED = demo;
+/** Bearer token of {@link DEMO_SEED}. */
+export const DEMO_TOKEN = firstToken(demo);
+
+/** The end-to-end seed: its IPv4 /24 keeps 1 leading and 55 trailing units, 200 usable. */
+export const E2E_SEED = e2e;
+/** Bearer token of {@link E2E_SEED}. */
+export const E2E_TOKEN = firstToken(e2e);
+
+/** The benchmark's seed: pools big enough for every sweep (a /16 of IPv4, a /64 of IPv6 /96s). */
+export const BENCH_SEED = bench;
+/** Bearer token of {@link BENCH_SEED}. */
+export const BENCH_TOKEN = firstToken(bench);
+/** IPClass names the benchmark's installs ask for. */
+export const BENCH_CLASSES = {
+  ipv4: bench.projects[0].ipClasses[0].metadata.name,
+  ipv6: bench.projects[0].ipClasses[1].metadata.name,
+} as const;
