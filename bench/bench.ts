@@ -14,8 +14,8 @@
  */
 import { parseArgs } from "node:util";
 import { dirname, join } from "node:path";
-import { startMiloDev } from "../tests/support/milo_dev.ts";
-import { installPlugin, type RunResult, type TestPlugin } from "../tests/support/plugin.ts";
+import { startMiloDev } from "../testing/milo_dev.ts";
+import { installPlugin, type RunResult, type TestPlugin } from "../testing/plugin.ts";
 import { launcherScript } from "../scripts/install.ts";
 import { renderChart } from "./chart.ts";
 import {
@@ -86,7 +86,7 @@ interface Exec {
   ms: number;
 }
 
-/** Spawns a process the way tests/support/plugin.ts does and times spawn → exit. */
+/** Spawns a process the way testing/plugin.ts does and times spawn → exit. */
 async function execTimed(
   path: string,
   args: string[],

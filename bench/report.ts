@@ -465,7 +465,7 @@ export function renderReport(r: BenchResults, svgName: string): string {
     "## Method",
     "",
     "- Every sample is one process, timed from spawn to exit by the parent (stdin written,",
-    "  stdout/stderr read to the end), exactly as `tests/support/plugin.ts` runs the plugin.",
+    "  stdout/stderr read to the end), exactly as `testing/plugin.ts` runs the plugin.",
     "- The plugin is installed by `scripts/install.ts` into a temp dir (" + r.install.kind +
     ": minified",
     "  bundle run by a vendored Deno with the permission flags below); milo-dev runs on",

@@ -120,7 +120,8 @@ export class Agent {
   async #serve(conn: Deno.Conn): Promise<void> {
     try {
       const reader = new FrameReader(conn);
-      const read = (async () => [await reader.json<RequestHeader>(), await reader.next()] as const)();
+      const read = (async () =>
+        [await reader.json<RequestHeader>(), await reader.next()] as const)();
       let timer: ReturnType<typeof setTimeout> | undefined;
       const late = new Promise<null>((r) => timer = setTimeout(() => r(null), REQUEST_READ_MS));
       const got = await Promise.race([read, late]).finally(() => clearTimeout(timer));

@@ -238,16 +238,19 @@ export function parseNodeConfig(
  */
 export async function readNodeConfig(
   env: (name: string) => string | undefined,
+  fallback = { path: DEFAULT_NODE_CONFIG, legacy: LEGACY_NODE_CONFIG },
 ): Promise<NodeConfig> {
-  const { path, source } = nodeConfigPath(env);
+  const found = nodeConfigPath(env);
+  const { source } = found;
+  const path = source === "default" ? fallback.path : found.path;
   let at = path;
   let text = await readText(path, source);
   let warning: string | undefined;
-  if (text === undefined && path === DEFAULT_NODE_CONFIG) {
-    text = await readText(LEGACY_NODE_CONFIG, source);
-    at = LEGACY_NODE_CONFIG;
-    warning = `node config read from ${LEGACY_NODE_CONFIG}, a directory runtimes scan for ` +
-      `networks; move it to ${DEFAULT_NODE_CONFIG}`;
+  if (text === undefined && source === "default") {
+    text = await readText(fallback.legacy, source);
+    at = fallback.legacy;
+    warning = `node config read from ${fallback.legacy}, a directory runtimes scan for ` +
+      `networks; move it to ${fallback.path}`;
   }
   if (text === undefined) {
     throw new CniError(

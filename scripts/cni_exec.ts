@@ -16,7 +16,7 @@ export interface ExecOptions {
   /** The complete environment (nothing is inherited). */
   env: Record<string, string>;
   args?: string[];
-  /** stdin: an object is JSON-encoded. */
+  /** stdin: bytes and text as given, anything else JSON-encoded. */
   stdin?: unknown;
   timeoutMs?: number;
 }
@@ -33,13 +33,11 @@ export async function execCni(path: string, o: ExecOptions): Promise<ExecResult>
     stderr: "piped",
     signal: AbortSignal.timeout(o.timeoutMs ?? 30_000),
   }).spawn();
-  const input = o.stdin === undefined
-    ? ""
-    : typeof o.stdin === "string"
-    ? o.stdin
-    : JSON.stringify(o.stdin);
+  const input = o.stdin instanceof Uint8Array ? o.stdin : new TextEncoder().encode(
+    o.stdin === undefined ? "" : typeof o.stdin === "string" ? o.stdin : JSON.stringify(o.stdin),
+  );
   const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(input)).catch(() => {});
+  await writer.write(input).catch(() => {});
   await writer.close().catch(() => {});
   const out = await child.output();
   const stdout = new TextDecoder().decode(out.stdout);

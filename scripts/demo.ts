@@ -10,47 +10,11 @@
  */
 import { parseArgs } from "node:util";
 import { KEYS } from "../lib/claims.ts";
-import { startMiloDev } from "../milo-dev/spawn.ts";
+import { startMiloDev } from "../testing/milo_dev.ts";
+import { DEMO_SEED as SEED, DEMO_TOKEN as TOKEN } from "../testing/seeds.ts";
 import { execCni, type ExecResult } from "./cni_exec.ts";
 import { install, type Installed } from "./install.ts";
 
-const TOKEN = "demo-token-tenant-a";
-const SEED = {
-  projects: [{
-    name: "tenant-a",
-    tokens: [TOKEN],
-    ipClasses: [
-      {
-        metadata: { name: "vpc-pods-ipv4" },
-        spec: { ipFamily: "IPv4", prefixLength: 32, requiredScopeRoles: ["network"] },
-      },
-      {
-        metadata: { name: "vpc-pods-ipv6" },
-        spec: { ipFamily: "IPv6", prefixLength: 96, requiredScopeRoles: ["network"] },
-      },
-    ],
-    ipPools: [
-      {
-        metadata: { name: "vpc-7b3e-pods-v4" },
-        spec: {
-          cidr: "10.40.0.0/27",
-          ipFamily: "IPv4",
-          classNames: ["vpc-pods-ipv4"],
-          reservations: { leading: 1, trailing: 1, unitPrefixLength: 32 },
-        },
-      },
-      {
-        metadata: { name: "vpc-7b3e-pods-v6" },
-        spec: {
-          cidr: "fd20:0:0:1::/64",
-          ipFamily: "IPv6",
-          classNames: ["vpc-pods-ipv6"],
-          reservations: { leading: 1, unitPrefixLength: 96 },
-        },
-      },
-    ],
-  }],
-};
 const NODES = [
   { cluster: "cluster-a", node: "a1" },
   { cluster: "cluster-a", node: "a2" },

@@ -182,6 +182,30 @@ export function launcherScript(deno: string, bundle: string, flags: string[]): s
   ].join("\n");
 }
 
+let bundling: Promise<string> | undefined;
+/** Why `deno compile` failed in this process (it fails the same way until denort can be fetched). */
+let compileUnavailable: string | undefined;
+
+/** The bundled module's text; bundled once per process (the sources do not change under it). */
+function bundleText(): Promise<string> {
+  bundling ??= (async () => {
+    const dir = await Deno.makeTempDir({ prefix: "milo-ipam-bundle-" });
+    try {
+      const out = join(dir, "milo-ipam.js");
+      const bundled = await run(
+        ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", out, "main.ts"],
+        COMPILE_TIMEOUT_MS,
+      );
+      if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
+      return await Deno.readTextFile(out);
+    } finally {
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  })();
+  bundling.catch(() => bundling = undefined);
+  return bundling;
+}
+
 /** Installs the plugin into `o.dir`. */
 export async function install(o: InstallOptions): Promise<Installed> {
   if (Deno.version.deno !== DENO_VERSION) {
@@ -193,23 +217,13 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const { node, path, grants } = await plan(o);
   const flags = permissionFlags(grants);
   const bundle = join(support, "milo-ipam.js");
-  const raw = `${bundle}.${crypto.randomUUID().slice(0, 8)}.raw`;
-  try {
-    const bundled = await run(
-      ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", raw, "main.ts"],
-      COMPILE_TIMEOUT_MS,
-    );
-    if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
-    const settings: InstallSettings = { nodeConfig: path, agentOnlyNet: agentOnlyNet(node) };
-    const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
-    await writeAtomic(bundle, prelude + await Deno.readTextFile(raw), 0o644);
-  } finally {
-    await Deno.remove(raw).catch(() => {});
-  }
+  const settings: InstallSettings = { nodeConfig: path, agentOnlyNet: agentOnlyNet(node) };
+  const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
+  await writeAtomic(bundle, prelude + await bundleText(), 0o644);
   const target = join(dir, "milo-ipam");
   const mode = o.mode ?? "auto";
   const say = (m: string) => o.quiet || console.error(m);
-  if (mode !== "launcher") {
+  if (mode === "compile" || (mode === "auto" && !compileUnavailable)) {
     const tmp = `${target}.${crypto.randomUUID().slice(0, 8)}.tmp`;
     const compiled = await run(
       ["compile", "--quiet", "--no-config", ...flags, "--output", tmp, bundle],
@@ -222,6 +236,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
     }
     await Deno.remove(tmp).catch(() => {});
     if (mode === "compile") throw new Error(`deno compile failed:\n${compiled.output}`);
+    compileUnavailable = firstLine(compiled.output);
     say(`deno compile unavailable (${firstLine(compiled.output)}); writing a launcher instead`);
   }
   const deno = join(support, "deno");

@@ -1,6 +1,6 @@
 /** Test support: install milo-ipam into a temp dir and run it the way a CNI runtime does. */
-import { execCni, type ExecResult } from "../../scripts/cni_exec.ts";
-import { install, type Installed } from "../../scripts/install.ts";
+import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
+import { install, type Installed } from "../scripts/install.ts";
 
 /** What one plugin process did. */
 export type RunResult = ExecResult;
@@ -42,6 +42,12 @@ export interface TestPlugin {
   netConf(ipam?: Record<string, unknown>, top?: Record<string, unknown>): Record<string, unknown>;
   run(o: RunOptions): Promise<RunResult>;
   logLines(): Promise<Record<string, unknown>[]>;
+  /** The agent's socket (with `agent: true`). */
+  socket?: string;
+  /** Starts `milo-ipam agent` from the install (with extra env) and waits for its socket. */
+  startAgent(env?: Record<string, string>): Promise<void>;
+  /** Stops the agent (SIGTERM by default) and waits for it to exit. */
+  stopAgent(signal?: Deno.Signal): Promise<void>;
   cleanup(): Promise<void>;
 }
 
@@ -56,6 +62,10 @@ export async function installPlugin(o: {
   /** Extra node config keys. */
   nodeConfig?: Record<string, unknown>;
   allowHosts?: string[];
+  /** Give the node config an agent section (socket in the temp dir); start it with startAgent. */
+  agent?: boolean;
+  /** The agent's metrics listener (`127.0.0.1:PORT`). */
+  agentMetrics?: string;
 }): Promise<TestPlugin> {
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-plugin-" });
   const tokenFile = `${dir}/token`;
@@ -75,6 +85,14 @@ export async function installPlugin(o: {
     stateDir,
     timeouts: { requestMs: 1000, totalMs: 4000 },
     gc: { minAgeS: 0 },
+    ...(o.agent
+      ? {
+        agent: {
+          socket: `${dir}/run/agent.sock`,
+          ...(o.agentMetrics ? { metrics: o.agentMetrics } : {}),
+        },
+      }
+      : {}),
     ...o.nodeConfig,
   };
   const writeNode = (v: Record<string, unknown>) =>
@@ -128,9 +146,54 @@ export async function installPlugin(o: {
       timeoutMs: r.timeoutMs,
     });
   };
+  let agent: Deno.ChildProcess | undefined;
+  const socket = (node.agent as { socket?: string } | undefined)?.socket;
+  const startAgent = async (extraEnv: Record<string, string> = {}) => {
+    if (!socket) throw new Error("installPlugin({ agent: true }) gives the node config an agent");
+    agent = new Deno.Command(installed.path, {
+      args: ["agent"],
+      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", ...extraEnv },
+      clearEnv: true,
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    // Ready when it says so on stderr (a stale socket file may exist before it binds).
+    const lines = agent.stderr.pipeThrough(new TextDecoderStream()).getReader();
+    let said = "";
+    const timer = setTimeout(() => lines.cancel(), 10_000);
+    try {
+      while (!said.includes("listening on")) {
+        const { value, done } = await lines.read();
+        if (done) break;
+        said += value;
+      }
+    } finally {
+      clearTimeout(timer);
+    }
+    (async () => {
+      while (!(await lines.read().catch(() => ({ done: true }))).done) { /* drain */ }
+    })();
+    if (said.includes("listening on")) return;
+    agent.kill("SIGKILL");
+    await agent.status;
+    throw new Error(`the agent did not listen on ${socket} within 10 s: ${said}`);
+  };
+  const stopAgent = async (signal: Deno.Signal = "SIGTERM") => {
+    const a = agent;
+    agent = undefined;
+    if (!a) return;
+    try {
+      a.kill(signal);
+    } catch { /* gone */ }
+    await a.status;
+  };
   return {
     installed,
     dir,
+    socket,
+    startAgent,
+    stopAgent,
     tokenFile,
     logFile,
     nodeConfig,
@@ -144,6 +207,9 @@ export async function installPlugin(o: {
       (await Deno.readTextFile(logFile).catch(() => "")).split("\n").filter(Boolean).map((l) =>
         JSON.parse(l)
       ),
-    cleanup: () => Deno.remove(dir, { recursive: true }),
+    cleanup: async () => {
+      await stopAgent("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    },
   };
 }

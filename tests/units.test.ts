@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { claimName, KEYS, labelValue, ownership } from "../lib/claims.ts";
 import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/cni.ts";
-import { parseNetConf, parseNodeConfig } from "../lib/config.ts";
+import { parseNetConf, parseNodeConfig, readNodeConfig } from "../lib/config.ts";
 import { CniError } from "../lib/errors.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
@@ -87,6 +87,32 @@ Deno.test("config: errors name the field", () => {
   throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
   throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
   throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
+});
+
+Deno.test("config: the old node config path is read, with a warning, when the default is absent", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const paths = { path: `${dir}/etc/milo-ipam/node.json`, legacy: `${dir}/net.d/milo-ipam.conf` };
+    const env = () => undefined;
+    await assert.rejects(readNodeConfig(env, paths), /no node config/);
+    await Deno.mkdir(`${dir}/net.d`);
+    await Deno.writeTextFile(paths.legacy, JSON.stringify(NODE));
+    const old = await readNodeConfig(env, paths);
+    assert.equal(old.path, paths.legacy);
+    assert.match(old.warning!, /runtimes scan/);
+    await Deno.mkdir(`${dir}/etc/milo-ipam`, { recursive: true });
+    await Deno.writeTextFile(paths.path, JSON.stringify({ ...NODE, cluster: "new" }));
+    const now = await readNodeConfig(env, paths);
+    assert.equal(now.cluster, "new");
+    assert.equal(now.warning, undefined);
+    const named = await readNodeConfig(
+      (k) => k === "MILO_IPAM_CONFIG" ? paths.legacy : undefined,
+      paths,
+    );
+    assert.equal(named.cluster, "cluster-a");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("config: plain http is accepted for loopback only", () => {
@@ -234,10 +260,18 @@ Deno.test("install grants come from the node config, for launcher and binary ali
       stateDir: `${dir}/state`,
     });
     const g = await grantsFor({ dir: `${dir}/bin`, config: path });
-    assert.deepEqual(g.net.sort(), ["milo.example.com:443", "proxy.example:3128"]);
+    assert.deepEqual(g.net.sort(), [
+      "milo.example.com:443",
+      "proxy.example:3128",
+      "unix:/run/milo-ipam/agent.sock",
+    ]);
     assert.ok(g.read.includes("/etc/milo-ipam/token") && g.read.includes("/etc/milo-ipam/ca.crt"));
     assert.ok(g.read.includes(path));
-    assert.deepEqual(g.write.sort(), [`${dir}/log/milo-ipam.log`, `${dir}/state`]);
+    assert.deepEqual(g.write.sort(), [
+      "/run/milo-ipam",
+      `${dir}/log/milo-ipam.log`,
+      `${dir}/state`,
+    ]);
     const flags = permissionFlags(g);
     assert.ok(flags.some((f) => f.startsWith("--allow-env=") && f.includes("HTTPS_PROXY")));
     const script = launcherScript("/opt/deno", "/opt/milo-ipam.js", flags);

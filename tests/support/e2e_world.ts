@@ -7,7 +7,10 @@
  */
 import { Buffer } from "node:buffer";
 import { install } from "../../scripts/install.ts";
-import { makeTestCA } from "../../milo-dev/testca.ts";
+import { eachLine } from "../../testing/child.ts";
+import { type MiloDev, startMiloDev } from "../../testing/milo_dev.ts";
+import { E2E_SEED, E2E_TOKEN as TOKEN } from "../../testing/seeds.ts";
+import { makeTestCA } from "../../testing/testca.ts";
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import type { AgentAnswer } from "./e2e_agent.ts";
 import {
@@ -22,8 +25,6 @@ import {
   linkVeth,
 } from "./netns.ts";
 
-const ROOT = new URL("../../", import.meta.url).pathname;
-const MILO_MAIN = `${ROOT}milo-dev/main.ts`;
 const AGENT = new URL("./e2e_agent.ts", import.meta.url).pathname;
 
 /** Namespace name base; a run uses `mie2e-<pid>-`. */
@@ -32,7 +33,6 @@ export const NS_BASE = "mie2e-";
 export const MILO_ADDR = "198.18.0.1";
 const MILO_PORT = 8443;
 const ADMIN = "127.0.0.1:9000";
-const TOKEN = "e2e-token-tenant-a";
 export const PROJECT = "tenant-a";
 
 /** The nodes and their clusters. */
@@ -53,54 +53,7 @@ export const NET_PTP6 = "vpc-7b3e-ptp6";
 export const POOL_SIZE = 200;
 
 /** The seed: one tenant, a /32 class whose pool has exactly POOL_SIZE addresses, a /96 class. */
-export const SEED = {
-  projects: [{
-    name: PROJECT,
-    tokens: [TOKEN],
-    ipClasses: [
-      {
-        metadata: { name: "vpc-pods-ipv4" },
-        spec: {
-          ipFamily: "IPv4",
-          prefixLength: 32,
-          requiredScopeRoles: ["network"],
-          consumers: [PROJECT],
-          allocationStrategy: "FirstFit",
-        },
-      },
-      {
-        metadata: { name: "vpc-pods-ipv6" },
-        spec: {
-          ipFamily: "IPv6",
-          prefixLength: 96,
-          requiredScopeRoles: ["network"],
-          consumers: [PROJECT],
-          allocationStrategy: "FirstFit",
-        },
-      },
-    ],
-    ipPools: [
-      {
-        metadata: { name: "vpc-7b3e-pods-v4" },
-        spec: {
-          cidr: "10.244.0.0/24",
-          ipFamily: "IPv4",
-          classNames: ["vpc-pods-ipv4"],
-          reservations: { leading: 1, trailing: 256 - 1 - POOL_SIZE, unitPrefixLength: 32 },
-        },
-      },
-      {
-        metadata: { name: "vpc-7b3e-pods-v6" },
-        spec: {
-          cidr: "fd20:0:0:1::/64",
-          ipFamily: "IPv6",
-          classNames: ["vpc-pods-ipv6"],
-          reservations: { leading: 1, trailing: 0, unitPrefixLength: 96 },
-        },
-      },
-    ],
-  }],
-};
+export const SEED = E2E_SEED;
 
 /** Timeouts of the plugin in the e2e configs (the plugin's defaults). */
 export const TIMEOUTS = { requestMs: 2000, totalMs: 10_000 };
@@ -173,19 +126,6 @@ export async function pool<T>(
 /** Sleeps `ms`. */
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function eachLine(stream: ReadableStream<Uint8Array>, fn: (line: string) => void) {
-  let buf = "";
-  try {
-    for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-      buf += chunk;
-      for (let nl = buf.indexOf("\n"); nl >= 0; nl = buf.indexOf("\n")) {
-        fn(buf.slice(0, nl));
-        buf = buf.slice(nl + 1);
-      }
-    }
-  } catch { /* closed */ }
-}
-
 /** The whole e2e topology. Always call {@link World.teardown} in a finally block. */
 export class World {
   readonly prefix = `${NS_BASE}${Deno.pid}-`;
@@ -203,8 +143,7 @@ export class World {
   live = new Map<string, Pod>();
   #certFile = "";
   #keyFile = "";
-  #milo?: Deno.ChildProcess;
-  #miloErr = "";
+  #milo?: MiloDev;
   #agent?: Deno.ChildProcess;
   #agentWriter?: WritableStreamDefaultWriter<Uint8Array>;
   #agentPending = new Map<number, (a: AgentAnswer) => void>();
@@ -345,97 +284,26 @@ export class World {
 
   /** Starts milo-dev inside the milo namespace (HTTPS on MILO_ADDR, admin on its loopback). */
   async startMilo(): Promise<void> {
-    let last: unknown;
-    for (let i = 0; i < 20; i++) {
-      try {
-        await this.#spawnMilo();
-        return;
-      } catch (err) {
-        last = err;
-        if (!/in use|AddrInUse/i.test(String(err))) throw err;
-        await sleep(250);
-      }
-    }
-    throw last;
+    if (this.#milo) return await this.#milo.restart();
+    this.#milo = await startMiloDev({
+      prefix: ["ip", "netns", "exec", this.miloNs],
+      dir: this.dir,
+      seed: `${this.dir}/seed.json`,
+      listen: `${MILO_ADDR}:${MILO_PORT}`,
+      admin: ADMIN,
+      tls: { certFile: this.#certFile, keyFile: this.#keyFile, caFile: this.caFile },
+    });
   }
 
-  async #spawnMilo(): Promise<void> {
-    this.#miloErr = "";
-    const child = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        this.miloNs,
-        Deno.execPath(),
-        "run",
-        "--allow-all",
-        MILO_MAIN,
-        "--seed",
-        `${this.dir}/seed.json`,
-        "--db",
-        `${this.dir}/milo.db`,
-        "--listen",
-        `${MILO_ADDR}:${MILO_PORT}`,
-        "--cert",
-        this.#certFile,
-        "--key",
-        this.#keyFile,
-        "--admin",
-        ADMIN,
-      ],
-      cwd: ROOT,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-      env: { NO_COLOR: "1", DENO_NO_UPDATE_CHECK: "1" },
-    }).spawn();
-    this.#milo = child;
-    eachLine(child.stderr, (l) => this.#miloErr = (this.#miloErr + l + "\n").slice(-10_000));
-    const { promise: ready, resolve, reject } = Promise.withResolvers<void>();
-    const timer = setTimeout(() => reject(new Error("milo-dev not ready in 30 s")), 30_000);
-    eachLine(child.stdout, (l) => {
-      if (l.includes('"ready":true')) resolve();
-    }).then(() => reject(new Error("milo-dev exited before it was ready")));
-    child.status.then(() => reject(new Error("milo-dev exited before it was ready")));
-    try {
-      await ready;
-    } catch (err) {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-      await child.status;
-      this.#milo = undefined;
-      throw new Error(`${(err as Error).message}\n${this.#miloErr}`);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  /** SIGKILLs milo-dev (the process itself: `ip netns exec` execs it). */
+  /** SIGKILLs milo-dev (the process itself: `ip netns exec` execs it); startMilo() restarts it. */
   async killMilo(): Promise<void> {
-    const child = this.#milo;
-    if (!child) return;
-    this.#milo = undefined;
-    try {
-      child.kill("SIGKILL");
-    } catch { /* gone */ }
-    await child.status;
+    await this.#milo?.kill("SIGKILL");
   }
 
   async #stopMilo(): Promise<void> {
-    const child = this.#milo;
-    if (!child) return;
+    const milo = this.#milo;
     this.#milo = undefined;
-    try {
-      child.kill("SIGTERM");
-    } catch { /* gone */ }
-    const t = setTimeout(() => {
-      try {
-        child.kill("SIGKILL");
-      } catch { /* gone */ }
-    }, 5_000);
-    await child.status;
-    clearTimeout(t);
+    await milo?.stop();
   }
 
   #startAgent(): void {

@@ -1,0 +1,39 @@
+/** Shared pieces of the process tests: the seed, the two modes, and CNI result assertions. */
+import assert from "node:assert/strict";
+import { PLUGIN_SEED, PLUGIN_TOKEN } from "./seeds.ts";
+import type { RunResult } from "./plugin.ts";
+
+/** The token of tenant-a in the plugin seed. */
+export const TOKEN = PLUGIN_TOKEN;
+
+/** The milo-dev seed of the process tests. */
+export { PLUGIN_SEED };
+
+/** Each process test runs with the plugin working alone and with the node agent answering. */
+export const MODES = ["direct", "agent"] as const;
+
+/** Asserts a well-formed CNI error: one JSON object with code/msg/details, exit non-zero. */
+export function assertCniError(r: RunResult, code: number, msg?: RegExp, token = TOKEN): void {
+  assert.notEqual(r.code, 0, `expected failure, stdout=${r.stdout}`);
+  assert.ok(r.json, `stdout must carry the error JSON, stdout=${r.stdout} stderr=${r.stderr}`);
+  assert.equal(r.stdout.trim().split("\n").length, 1, "exactly one JSON document on stdout");
+  assert.equal(r.json.code, code, `code: ${r.stdout}`);
+  assert.equal(typeof r.json.msg, "string");
+  assert.equal(typeof r.json.details, "string");
+  assert.ok(!r.stdout.includes(token) && !r.stderr.includes(token), "token must never appear");
+  assert.doesNotMatch(r.stdout, /\bat .*\.ts:\d+/, "no stack traces");
+  if (msg) assert.match(`${r.json.msg} ${r.json.details}`, msg);
+}
+
+/** Asserts success (exit 0). */
+export function assertOk(r: RunResult): void {
+  assert.equal(r.code, 0, `expected success: stdout=${r.stdout} stderr=${r.stderr}`);
+}
+
+/** One IP of a result. */
+export type ResultIp = { address: string; gateway?: string; version?: string };
+
+/** The IPs of a result. */
+export function ipsOf(r: RunResult): ResultIp[] {
+  return (r.json?.ips ?? []) as ResultIp[];
+}

@@ -1,0 +1,124 @@
+/**
+ * The node agent as a runtime meets it: the exec'd plugin answered over the
+ * socket, and doing the work itself when the agent is absent, stuck or dead —
+ * latency, never correctness. Metrics, socket permissions, graceful stop.
+ */
+import assert from "node:assert/strict";
+import { KEYS } from "../lib/claims.ts";
+import { startMiloDev } from "../testing/milo_dev.ts";
+import { installPlugin } from "../testing/plugin.ts";
+import { assertOk, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+
+function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = l.addr.port;
+  l.close();
+  return port;
+}
+
+const via = async (logFile: string, containerId: string) =>
+  (await Deno.readTextFile(logFile)).split("\n").filter(Boolean).map((l) => JSON.parse(l))
+    .filter((l) => l.containerId === containerId).map((l) =>
+      l.via + (l.fallback ? `:${l.fallback}` : "")
+    );
+
+Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck or killed", async (t) => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const metrics = `127.0.0.1:${freePort()}`;
+  const p = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    agent: true,
+    agentMetrics: metrics,
+  });
+  const conf = p.netConf();
+  try {
+    await t.step("without an agent the plugin does the work itself", async () => {
+      assertOk(await p.run({ command: "ADD", containerId: "alone", stdin: conf }));
+      assert.match((await via(p.logFile, "alone"))[0], /^direct:agent socket .*NotFound/);
+    });
+
+    await t.step("the agent answers; its socket is root's alone", async () => {
+      await p.startAgent();
+      const info = await Deno.stat(p.socket!);
+      assert.equal(info.mode! & 0o777, 0o600);
+      const dir = await Deno.stat(p.socket!.replace(/\/[^/]+$/, ""));
+      assert.equal(dir.mode! & 0o077, 0, "the socket's directory admits no one else");
+      const add = await p.run({ command: "ADD", containerId: "warm", stdin: conf });
+      assertOk(add);
+      assert.deepEqual(await via(p.logFile, "warm"), ["agent"]);
+      const again = await p.run({ command: "ADD", containerId: "alone", stdin: conf });
+      assertOk(again);
+      assert.equal((await milo.listClaims("tenant-a", `${KEYS.containerId}=alone`)).length, 2);
+    });
+
+    await t.step(
+      "metrics: calls by verb and code, Milo requests by method and status",
+      async () => {
+        assertOk(await p.run({ command: "DEL", containerId: "warm", stdin: conf }));
+        const text = await (await fetch(`http://${metrics}/metrics`)).text();
+        assert.match(text, /milo_ipam_calls_total\{verb="ADD",code="0"\} 2/);
+        assert.match(text, /milo_ipam_calls_total\{verb="DEL",code="0"\} 1/);
+        assert.match(text, /milo_ipam_milo_requests_total\{method="POST",status="201"\} 2/);
+        assert.match(text, /milo_ipam_call_duration_seconds_count\{verb="ADD"\} 2/);
+        assert.match(text, /# TYPE milo_ipam_fallbacks_total counter/);
+        const missing = await fetch(`http://${metrics}/other`);
+        await missing.body?.cancel();
+        assert.equal(missing.status, 404);
+      },
+    );
+
+    await t.step("a second agent refuses to start beside a live one", async () => {
+      const r = await p.run({ command: "", args: ["agent"] });
+      assert.equal(r.code, 1);
+      assert.match(r.json?.msg as string, /another agent answers/);
+    });
+
+    await t.step("SIGTERM finishes the call in flight, then removes the socket", async () => {
+      await milo.setFaults({ latencyMs: 800 });
+      try {
+        const call = p.run({ command: "ADD", containerId: "inflight", stdin: conf });
+        await new Promise((r) => setTimeout(r, 300));
+        await p.stopAgent("SIGTERM");
+        assertOk(await call);
+      } finally {
+        await milo.clearFaults();
+      }
+      assert.deepEqual(await via(p.logFile, "inflight"), ["agent"]);
+      assert.equal(await Deno.stat(p.socket!).then(() => true, () => false), false);
+    });
+
+    await t.step("a killed agent's stale socket: the plugin falls back and counts it", async () => {
+      await p.startAgent();
+      await p.stopAgent("SIGKILL");
+      assert.ok(await Deno.stat(p.socket!).then(() => true, () => false), "stale socket left");
+      assertOk(await p.run({ command: "ADD", containerId: "dead", stdin: conf }));
+      assert.match((await via(p.logFile, "dead"))[0], /^direct:agent socket .*ConnectionRefused/);
+      await p.startAgent();
+      const text = await (await fetch(`http://${metrics}/metrics`)).text();
+      assert.match(text, /milo_ipam_fallbacks_total [1-9]/);
+      await p.stopAgent();
+    });
+
+    await t.step("a stuck agent (accepts, never answers) costs at most requestMs", async () => {
+      const held: Deno.Conn[] = [];
+      const stuck = Deno.listen({ transport: "unix", path: p.socket! });
+      (async () => {
+        for await (const c of stuck) held.push(c);
+      })();
+      try {
+        const r = await p.run({ command: "ADD", containerId: "stuck", stdin: conf });
+        assertOk(r);
+        assert.match((await via(p.logFile, "stuck"))[0], /^direct:agent did not answer within/);
+        assert.ok(r.ms < 1000 + 4000, `within requestMs + totalMs (${Math.round(r.ms)} ms)`);
+      } finally {
+        stuck.close();
+        held.forEach((c) => c.close());
+        await Deno.remove(p.socket!).catch(() => {});
+      }
+    });
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});
