@@ -63,9 +63,10 @@ async function cni(): Promise<number> {
   return await (await import("./lib/run.ts")).runPlugin(STARTED, stdin, r);
 }
 
-if (import.meta.main) {
-  const [first, ...rest] = Deno.args;
-  Deno.exit(
-    first && Object.hasOwn(SUBCOMMANDS, first) ? await subcommand(first, rest) : await cni(),
-  );
+/** Runs milo-ipam with its command-line arguments; answers the exit code. */
+export async function main(args: string[]): Promise<number> {
+  const [first, ...rest] = args;
+  return first && Object.hasOwn(SUBCOMMANDS, first) ? await subcommand(first, rest) : await cni();
 }
+
+if (import.meta.main) Deno.exit(await main(Deno.args));

@@ -182,28 +182,81 @@ export function launcherScript(deno: string, bundle: string, flags: string[]): s
   ].join("\n");
 }
 
-let bundling: Promise<string> | undefined;
+/** The bundle: file name → text, and a hash of all of it (its directory's name). */
+interface Bundle {
+  files: Map<string, string>;
+  hash: string;
+}
+
+let bundling: Promise<Bundle> | undefined;
 /** Why `deno compile` failed in this process (it fails the same way until denort can be fetched). */
 let compileUnavailable: string | undefined;
+/** How long a replaced bundle directory stays for processes started from the one before. */
+const KEEP_OLD_BUNDLE_MS = 10 * 60_000;
 
-/** The bundled module's text; bundled once per process (the sources do not change under it). */
-function bundleText(): Promise<string> {
+/**
+ * The module bundled with code splitting: `main.js` and chunks that load only
+ * on the path that needs them (the agent path never loads the handlers or
+ * zod). Bundled once per process (the sources do not change under it).
+ */
+function bundleFiles(): Promise<Bundle> {
   bundling ??= (async () => {
     const dir = await Deno.makeTempDir({ prefix: "milo-ipam-bundle-" });
     try {
-      const out = join(dir, "milo-ipam.js");
       const bundled = await run(
-        ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", out, "main.ts"],
+        [
+          "bundle",
+          "--quiet",
+          "--minify",
+          "--platform",
+          "deno",
+          "--code-splitting",
+          "--outdir",
+          dir,
+          "main.ts",
+        ],
         COMPILE_TIMEOUT_MS,
       );
       if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
-      return await Deno.readTextFile(out);
+      const files = new Map<string, string>();
+      for (const e of [...Deno.readDirSync(dir)].sort((x, y) => x.name < y.name ? -1 : 1)) {
+        files.set(e.name, await Deno.readTextFile(join(dir, e.name)));
+      }
+      if (!files.has("main.js")) throw new Error("deno bundle wrote no main.js");
+      const all = new TextEncoder().encode([...files].map(([n, t]) => `${n}\n${t}`).join("\n"));
+      const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", all));
+      const hash = Array.from(digest.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+      return { files, hash };
     } finally {
       await Deno.remove(dir, { recursive: true }).catch(() => {});
     }
   })();
   bundling.catch(() => bundling = undefined);
   return bundling;
+}
+
+/**
+ * Writes the bundle into `support/bundle-<hash>/` (a new directory renamed
+ * into place, so it is whole or absent) and removes bundle directories that
+ * were replaced long enough ago that no process started from them still runs.
+ */
+async function placeBundle(support: string, b: Bundle): Promise<string> {
+  const name = `bundle-${b.hash}`;
+  const target = join(support, name);
+  if (!await Deno.stat(target).then(() => true, () => false)) {
+    const tmp = join(support, `.${name}.${crypto.randomUUID().slice(0, 8)}.tmp`);
+    await Deno.mkdir(tmp, { mode: 0o755 });
+    for (const [file, text] of b.files) await writeAtomic(join(tmp, file), text, 0o644);
+    if (Deno.uid() === 0) await Deno.chown(tmp, 0, 0);
+    await Deno.rename(tmp, target);
+  }
+  for (const e of Deno.readDirSync(support)) {
+    if (!e.isDirectory || e.name === name || !/^\.?bundle-/.test(e.name)) continue;
+    const at = join(support, e.name);
+    const age = Date.now() - ((await Deno.stat(at)).mtime?.getTime() ?? 0);
+    if (age > KEEP_OLD_BUNDLE_MS) await Deno.remove(at, { recursive: true }).catch(() => {});
+  }
+  return name;
 }
 
 /** Installs the plugin into `o.dir`. */
@@ -219,7 +272,9 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const bundle = join(support, "milo-ipam.js");
   const settings: InstallSettings = { nodeConfig: path, agentOnlyNet: agentOnlyNet(node) };
   const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
-  await writeAtomic(bundle, prelude + await bundleText(), 0o644);
+  const dirName = await placeBundle(support, await bundleFiles());
+  const entry = `import { main } from "./${dirName}/main.js";\nDeno.exit(await main(Deno.args));\n`;
+  await writeAtomic(bundle, prelude + entry, 0o644);
   const target = join(dir, "milo-ipam");
   const mode = o.mode ?? "auto";
   const say = (m: string) => o.quiet || console.error(m);
