@@ -90,7 +90,11 @@ export class Agent {
     this.reconcileNow();
   }
 
-  /** Stops accepting, finishes the calls in flight, removes the socket. */
+  /**
+   * Stops accepting, removes the socket, and lets the calls in flight finish
+   * for as long as one call may take (the node's totalMs and the watchdog's
+   * grace): their plugins give up by then anyway.
+   */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     try {
@@ -99,7 +103,10 @@ export class Agent {
       // Closed already.
     }
     await Deno.remove(this.socket).catch(() => {});
-    await Promise.allSettled([...this.#inflight, this.#reconciling]);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const bound = new Promise((r) => timer = setTimeout(r, this.#node.timeouts.totalMs + 1_000));
+    await Promise.race([Promise.allSettled([...this.#inflight, this.#reconciling]), bound]);
+    clearTimeout(timer);
     await this.#metricsServer?.shutdown();
     this.#warm.close();
   }

@@ -56,22 +56,38 @@ const GOOD = (create: Record<string, unknown>) =>
     ? { allocatedCIDR: "10.40.0.7/32", address: "10.40.0.7" }
     : { allocatedCIDR: "fd20::1:0:3:0:0/96" };
 
-async function withFake(
-  mode: (typeof MODES)[number],
-  handle: Handler,
-  fn: (fake: FakeMilo, plugin: TestPlugin) => Promise<void>,
-  o: { agentEnv?: Record<string, string> } = {},
-): Promise<void> {
-  const fake = await fakeMilo(handle);
-  let plugin: TestPlugin | undefined;
-  try {
-    plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN, agent: mode === "agent" });
-    if (mode === "agent") await plugin.startAgent(o.agentEnv);
+/** One fake Milo and one install per mode; each step sets the fake's handler and starts clean. */
+async function failClosedEnv(mode: (typeof MODES)[number]) {
+  let current: Handler = () => json(500, {});
+  const fake = await fakeMilo((req, seen) => current(req, seen));
+  const plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN, agent: mode === "agent" });
+  const token = await Deno.readTextFile(plugin.tokenFile);
+  let agentEnv: string | undefined;
+  const run = async (
+    handle: Handler,
+    fn: (fake: FakeMilo, plugin: TestPlugin) => Promise<void>,
+    o: { agentEnv?: Record<string, string> } = {},
+  ) => {
+    current = handle;
+    await plugin.setNode({});
+    for (const f of [plugin.tokenFile, plugin.logFile, `${plugin.stateDir}/journal`]) {
+      await Deno.remove(f, { recursive: true }).catch(() => {});
+    }
+    await Deno.writeTextFile(plugin.tokenFile, token);
+    const want = JSON.stringify(o.agentEnv ?? {});
+    if (mode === "agent" && want !== agentEnv) {
+      await plugin.stopAgent("SIGKILL");
+      await plugin.startAgent(o.agentEnv);
+      agentEnv = want;
+    }
+    fake.seen.length = 0;
     await fn(fake, plugin);
-  } finally {
-    await plugin?.cleanup();
+  };
+  const close = async () => {
+    await plugin.cleanup();
     await fake.close();
-  }
+  };
+  return { run, close };
 }
 
 const v4 = { classes: { ipv4: "vpc-pods-ipv4" } };
@@ -82,227 +98,276 @@ const calls = (fake: FakeMilo) =>
   fake.seen.filter((s) => !(s.method === "GET" && s.path.endsWith("/ipclaims")));
 
 for (const mode of MODES) {
-  Deno.test(`[${mode}] a token file of two lines is code 7 naming the file; no token anywhere`, async () => {
-    await withFake(mode, storeHandler(GOOD).handle, async (fake, plugin) => {
-      await Deno.writeTextFile(plugin.tokenFile, "NEWTOKEN123\nOLDTOKEN456\n");
-      for (const command of ["ADD", "DEL"]) {
-        const r = await plugin.run({ command, containerId: "rot", stdin: plugin.netConf() });
-        assertCniError(r, 7, new RegExp(plugin.tokenFile), "NEWTOKEN123");
-        assert.ok(!r.stdout.includes("OLDTOKEN456"));
-      }
-      const log = await Deno.readTextFile(plugin.logFile);
-      assert.ok(!/NEWTOKEN123|OLDTOKEN456/.test(log), "the log never carries the token");
-      assert.equal(calls(fake).length, 0, "nothing was sent");
-    });
-  });
-
-  Deno.test(`[${mode}] a network config cannot set credentials, endpoints or paths`, async () => {
-    await withFake(mode, storeHandler(GOOD).handle, async (fake, plugin) => {
-      const before = await Deno.readTextFile(plugin.tokenFile);
-      for (
-        const [ipam, key] of [
-          [{ log: { file: plugin.tokenFile } }, "log"],
-          [{ milo: { url: "https://evil.example.com", tokenFile: "/etc/shadow" } }, "milo"],
-          [{ cluster: "cluster-b" }, "cluster"],
-          [{ node: "another-node" }, "node"],
-          [{ stateDir: "/tmp" }, "stateDir"],
-        ] as const
-      ) {
-        for (const command of ["ADD", "DEL"]) {
-          const r = await plugin.run({ command, containerId: "nad", stdin: plugin.netConf(ipam) });
-          assertCniError(r, 7, new RegExp(`ipam\\.${key}.*node setting`));
-        }
-      }
-      assert.equal(await Deno.readTextFile(plugin.tokenFile), before, "token file untouched");
-      assert.equal(calls(fake).length, 0);
-      const same = plugin.netConf({ milo: { url: fake.url }, cluster: "cluster-a" });
-      assertOk(await plugin.run({ command: "ADD", containerId: "nad", stdin: same }));
-    });
-  });
-
-  Deno.test(`[${mode}] GC releases nothing on missing input, nor a claim younger than gc.minAgeS`, async () => {
-    const store = storeHandler(GOOD);
-    await withFake(mode, store.handle, async (fake, plugin) => {
-      const conf = plugin.netConf(v4);
-      for (const id of ["a", "b"]) {
-        assertOk(await plugin.run({ command: "ADD", containerId: id, stdin: conf }));
-      }
-      for (const list of [{}, { "cni.dev/valid-attachments": null }]) {
-        const r = await plugin.run({ command: "GC", stdin: { ...conf, ...list } });
-        assertCniError(r, 7, /valid-attachments/);
-      }
-      await plugin.setNode({ gc: { minAgeS: 3600 } });
-      assertOk(
-        await plugin.run({
-          command: "GC",
-          stdin: { ...conf, "cni.dev/valid-attachments": [] },
-        }),
-      );
-      assert.equal(deletes(fake).length, 0, "young claims are kept");
-      await plugin.setNode({});
-      assertOk(
-        await plugin.run({ command: "GC", stdin: { ...conf, "cni.dev/attachments": [] } }),
-      );
-      assert.equal(deletes(fake).length, 2, "the older key name is honoured");
-      assert.equal(store.claims.size, 0);
-    });
-  });
-
-  Deno.test(`[${mode}] only a sane lease reaches the runtime; an unusable one is released again`, async (t) => {
-    const bad: Record<
-      string,
-      { conf: Record<string, unknown>; status: Record<string, string>; says: RegExp }
-    > = {
-      "0.0.0.0/32": { conf: v4, status: { allocatedCIDR: "0.0.0.0/32" }, says: /unspecified/ },
-      "::/0": { conf: v6, status: { allocatedCIDR: "::/0" }, says: /prefix \/0/ },
-      "an IPv4 /8": { conf: v4, status: { allocatedCIDR: "10.0.0.0/8" }, says: /prefix \/8/ },
-      "multicast": { conf: v4, status: { allocatedCIDR: "224.0.0.5/32" }, says: /multicast/ },
-      "loopback": { conf: v4, status: { allocatedCIDR: "127.0.0.1/32" }, says: /loopback/ },
-      "link-local": { conf: v4, status: { allocatedCIDR: "169.254.3.4/32" }, says: /link-local/ },
-      "IPv6 link-local": { conf: v6, status: { allocatedCIDR: "fe80::/96" }, says: /link-local/ },
-      "address outside the CIDR": {
-        conf: v4,
-        status: { allocatedCIDR: "10.40.0.7/32", address: "10.40.0.8" },
-        says: /inside 10\.40\.0\.7\/32/,
-      },
-      "IPv6 /64": { conf: v6, status: { allocatedCIDR: "fd20:0:0:1::/64" }, says: /prefix \/64/ },
-    };
-    let current = "";
-    const store = storeHandler(() => bad[current].status);
-    await withFake(mode, store.handle, async (fake, plugin) => {
-      for (const [name, c] of Object.entries(bad)) {
-        await t.step(name, async () => {
-          current = name;
-          const before = deletes(fake).length;
-          const r = await plugin.run({
-            command: "ADD",
-            containerId: `bad-${Object.keys(bad).indexOf(name)}`,
-            stdin: plugin.netConf(c.conf),
-          });
-          assertCniError(r, 105, c.says);
-          assert.match(r.json!.details as string, /allocatedCIDR=/, "the error quotes Milo");
-          assert.match(r.json!.details as string, /released/);
-          assert.equal(deletes(fake).length, before + 1, "the claim just made is deleted");
-        });
-      }
-      assert.equal(store.claims.size, 0);
-    });
-  });
-
-  Deno.test(`[${mode}] a half ADD is rolled back within totalMs although the other family hit the deadline`, async () => {
-    const store = storeHandler(GOOD);
-    const hung: (() => void)[] = [];
-    const handle: Handler = (req, seen) => {
-      const family = (seen.body as { spec?: { ipFamily?: string } })?.spec?.ipFamily;
-      if (req.method === "POST" && family === "IPv6") {
-        return new Promise((resolve) => hung.push(() => resolve(json(503, {}))));
-      }
-      return store.handle(req, seen);
-    };
-    await withFake(mode, handle, async (fake, plugin) => {
-      const conf = plugin.netConf({
-        classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
-        timeouts: { requestMs: 1000, totalMs: 1500 },
-      });
-      const r = await plugin.run({ command: "ADD", containerId: "half", stdin: conf });
-      hung.forEach((f) => f());
-      assertCniError(r, 11, /rollback: IPv4 claim pod-[0-9a-f]+-v4 released/);
-      assert.equal(deletes(fake).length, 1);
-      assert.equal(store.claims.size, 0, "no half lease left");
-      assert.ok(r.ms < 1500 + 1000, `ended within totalMs + 1 s (${Math.round(r.ms)} ms)`);
-    });
-  });
-
-  Deno.test(`[${mode}] one JSON document and a bounded exit: a FIFO log, a token read that never ends`, async () => {
-    await withFake(mode, storeHandler(GOOD).handle, async (_fake, plugin) => {
-      const conf = plugin.netConf({ ...v4, timeouts: { requestMs: 500, totalMs: 1000 } });
-      await Deno.remove(plugin.logFile).catch(() => {});
-      await new Deno.Command("mkfifo", { args: [plugin.logFile] }).output();
-      const ok = await plugin.run({ command: "ADD", containerId: "fifo", stdin: conf });
-      assertOk(ok);
-      assert.equal(ok.stdout.trim().split("\n").length, 1);
-      assert.ok(ok.ms < 2000, `exit within totalMs + 1 s (${Math.round(ok.ms)} ms)`);
-      await Deno.remove(plugin.tokenFile);
-      await new Deno.Command("mkfifo", { args: [plugin.tokenFile] }).output();
-      const stuck = await plugin.run({ command: "ADD", containerId: "stuck", stdin: conf });
-      assertCniError(stuck, 11, /totalMs/);
-      assert.ok(stuck.ms < 2000, `exit within totalMs + 1 s (${Math.round(stuck.ms)} ms)`);
-    });
-  });
-
-  Deno.test(`[${mode}] proxy variables are never followed; a redirect is never followed`, async () => {
-    const proxy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    let proxied = 0;
-    (async () => {
-      for await (const c of proxy) {
-        proxied++;
-        c.close();
-      }
-    })();
-    const proxyUrl = `http://127.0.0.1:${proxy.addr.port}`;
-    const proxyEnv = { HTTP_PROXY: proxyUrl, HTTPS_PROXY: proxyUrl, ALL_PROXY: proxyUrl };
-    const store = storeHandler(GOOD);
-    const handle: Handler = (req, seen) =>
-      req.method === "DELETE" && seen.path.endsWith("-v4")
-        ? new Response(null, { status: 303, headers: { location: "http://127.0.0.1:1/x" } })
-        : store.handle(req, seen);
+  Deno.test(`[${mode}] fail closed`, async (t) => {
+    const env = await failClosedEnv(mode);
     try {
-      await withFake(mode, handle, async (fake, plugin) => {
-        const conf = plugin.netConf(v4);
-        const add = await plugin.run({
-          command: "ADD",
-          containerId: "px",
-          stdin: conf,
-          env: proxyEnv,
+      await t.step(
+        "a token file of two lines is code 7 naming the file; no token anywhere",
+        async () => {
+          await env.run(storeHandler(GOOD).handle, async (fake, plugin) => {
+            await Deno.writeTextFile(plugin.tokenFile, "NEWTOKEN123\nOLDTOKEN456\n");
+            for (const command of ["ADD", "DEL"]) {
+              const r = await plugin.run({ command, containerId: "rot", stdin: plugin.netConf() });
+              assertCniError(r, 7, new RegExp(plugin.tokenFile), "NEWTOKEN123");
+              assert.ok(!r.stdout.includes("OLDTOKEN456"));
+            }
+            const log = await Deno.readTextFile(plugin.logFile);
+            assert.ok(!/NEWTOKEN123|OLDTOKEN456/.test(log), "the log never carries the token");
+            assert.equal(calls(fake).length, 0, "nothing was sent");
+          });
+        },
+      );
+
+      await t.step("a network config cannot set credentials, endpoints or paths", async () => {
+        await env.run(storeHandler(GOOD).handle, async (fake, plugin) => {
+          const before = await Deno.readTextFile(plugin.tokenFile);
+          for (
+            const [ipam, key] of [
+              [{ log: { file: plugin.tokenFile } }, "log"],
+              [{ milo: { url: "https://evil.example.com", tokenFile: "/etc/shadow" } }, "milo"],
+              [{ cluster: "cluster-b" }, "cluster"],
+              [{ node: "another-node" }, "node"],
+              [{ stateDir: "/tmp" }, "stateDir"],
+            ] as const
+          ) {
+            for (const command of ["ADD", "DEL"]) {
+              const r = await plugin.run({
+                command,
+                containerId: "nad",
+                stdin: plugin.netConf(ipam),
+              });
+              assertCniError(r, 7, new RegExp(`ipam\\.${key}.*node setting`));
+            }
+          }
+          assert.equal(await Deno.readTextFile(plugin.tokenFile), before, "token file untouched");
+          assert.equal(calls(fake).length, 0);
+          const same = plugin.netConf({ milo: { url: fake.url }, cluster: "cluster-a" });
+          assertOk(await plugin.run({ command: "ADD", containerId: "nad", stdin: same }));
         });
-        assertOk(add);
-        assert.equal(proxied, 0, "no connection to the proxy");
-        const del = await plugin.run({ command: "DEL", containerId: "px", stdin: conf });
-        assertCniError(del, 105, /redirect.*127\.0\.0\.1:1\/x/);
-        assert.equal(fake.seen.filter((s) => s.path === "/x").length, 0);
-        assert.equal(store.claims.size, 1, "nothing released");
-      }, { agentEnv: proxyEnv });
+      });
+
+      await t.step(
+        "GC releases nothing on missing input, nor a claim younger than gc.minAgeS",
+        async () => {
+          const store = storeHandler(GOOD);
+          await env.run(store.handle, async (fake, plugin) => {
+            const conf = plugin.netConf(v4);
+            for (const id of ["a", "b"]) {
+              assertOk(await plugin.run({ command: "ADD", containerId: id, stdin: conf }));
+            }
+            for (const list of [{}, { "cni.dev/valid-attachments": null }]) {
+              const r = await plugin.run({ command: "GC", stdin: { ...conf, ...list } });
+              assertCniError(r, 7, /valid-attachments/);
+            }
+            await plugin.setNode({ gc: { minAgeS: 3600 } });
+            assertOk(
+              await plugin.run({
+                command: "GC",
+                stdin: { ...conf, "cni.dev/valid-attachments": [] },
+              }),
+            );
+            assert.equal(deletes(fake).length, 0, "young claims are kept");
+            await plugin.setNode({});
+            assertOk(
+              await plugin.run({ command: "GC", stdin: { ...conf, "cni.dev/attachments": [] } }),
+            );
+            assert.equal(deletes(fake).length, 2, "the older key name is honoured");
+            assert.equal(store.claims.size, 0);
+          });
+        },
+      );
+
+      await t.step(
+        "only a sane lease reaches the runtime; an unusable one is released again",
+        async (t) => {
+          const bad: Record<
+            string,
+            { conf: Record<string, unknown>; status: Record<string, string>; says: RegExp }
+          > = {
+            "0.0.0.0/32": {
+              conf: v4,
+              status: { allocatedCIDR: "0.0.0.0/32" },
+              says: /unspecified/,
+            },
+            "::/0": { conf: v6, status: { allocatedCIDR: "::/0" }, says: /prefix \/0/ },
+            "an IPv4 /8": { conf: v4, status: { allocatedCIDR: "10.0.0.0/8" }, says: /prefix \/8/ },
+            "multicast": { conf: v4, status: { allocatedCIDR: "224.0.0.5/32" }, says: /multicast/ },
+            "loopback": { conf: v4, status: { allocatedCIDR: "127.0.0.1/32" }, says: /loopback/ },
+            "link-local": {
+              conf: v4,
+              status: { allocatedCIDR: "169.254.3.4/32" },
+              says: /link-local/,
+            },
+            "IPv6 link-local": {
+              conf: v6,
+              status: { allocatedCIDR: "fe80::/96" },
+              says: /link-local/,
+            },
+            "address outside the CIDR": {
+              conf: v4,
+              status: { allocatedCIDR: "10.40.0.7/32", address: "10.40.0.8" },
+              says: /inside 10\.40\.0\.7\/32/,
+            },
+            "IPv6 /64": {
+              conf: v6,
+              status: { allocatedCIDR: "fd20:0:0:1::/64" },
+              says: /prefix \/64/,
+            },
+          };
+          let current = "";
+          const store = storeHandler(() => bad[current].status);
+          await env.run(store.handle, async (fake, plugin) => {
+            for (const [name, c] of Object.entries(bad)) {
+              await t.step(name, async () => {
+                current = name;
+                const before = deletes(fake).length;
+                const r = await plugin.run({
+                  command: "ADD",
+                  containerId: `bad-${Object.keys(bad).indexOf(name)}`,
+                  stdin: plugin.netConf(c.conf),
+                });
+                assertCniError(r, 105, c.says);
+                assert.match(r.json!.details as string, /allocatedCIDR=/, "the error quotes Milo");
+                assert.match(r.json!.details as string, /released/);
+                assert.equal(deletes(fake).length, before + 1, "the claim just made is deleted");
+              });
+            }
+            assert.equal(store.claims.size, 0);
+          });
+        },
+      );
+
+      await t.step(
+        "a half ADD is rolled back within totalMs although the other family hit the deadline",
+        async () => {
+          const store = storeHandler(GOOD);
+          const hung: (() => void)[] = [];
+          const handle: Handler = (req, seen) => {
+            const family = (seen.body as { spec?: { ipFamily?: string } })?.spec?.ipFamily;
+            if (req.method === "POST" && family === "IPv6") {
+              return new Promise((resolve) => hung.push(() => resolve(json(503, {}))));
+            }
+            return store.handle(req, seen);
+          };
+          await env.run(handle, async (fake, plugin) => {
+            const conf = plugin.netConf({
+              classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+              timeouts: { requestMs: 1000, totalMs: 1500 },
+            });
+            const r = await plugin.run({ command: "ADD", containerId: "half", stdin: conf });
+            hung.forEach((f) => f());
+            assertCniError(r, 11, /rollback: IPv4 claim pod-[0-9a-f]+-v4 released/);
+            assert.equal(deletes(fake).length, 1);
+            assert.equal(store.claims.size, 0, "no half lease left");
+            assert.ok(r.ms < 1500 + 1000, `ended within totalMs + 1 s (${Math.round(r.ms)} ms)`);
+          });
+        },
+      );
+
+      await t.step(
+        "one JSON document and a bounded exit: a FIFO log, a token read that never ends",
+        async () => {
+          await env.run(storeHandler(GOOD).handle, async (_fake, plugin) => {
+            const conf = plugin.netConf({ ...v4, timeouts: { requestMs: 500, totalMs: 1000 } });
+            await Deno.remove(plugin.logFile).catch(() => {});
+            await new Deno.Command("mkfifo", { args: [plugin.logFile] }).output();
+            const ok = await plugin.run({ command: "ADD", containerId: "fifo", stdin: conf });
+            assertOk(ok);
+            assert.equal(ok.stdout.trim().split("\n").length, 1);
+            assert.ok(ok.ms < 2000, `exit within totalMs + 1 s (${Math.round(ok.ms)} ms)`);
+            await Deno.remove(plugin.tokenFile);
+            await new Deno.Command("mkfifo", { args: [plugin.tokenFile] }).output();
+            const stuck = await plugin.run({ command: "ADD", containerId: "stuck", stdin: conf });
+            assertCniError(stuck, 11, /totalMs/);
+            assert.ok(stuck.ms < 2000, `exit within totalMs + 1 s (${Math.round(stuck.ms)} ms)`);
+          });
+        },
+      );
+
+      await t.step("proxy variables are never followed; a redirect is never followed", async () => {
+        const proxy = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+        let proxied = 0;
+        (async () => {
+          for await (const c of proxy) {
+            proxied++;
+            c.close();
+          }
+        })();
+        const proxyUrl = `http://127.0.0.1:${proxy.addr.port}`;
+        const proxyEnv = { HTTP_PROXY: proxyUrl, HTTPS_PROXY: proxyUrl, ALL_PROXY: proxyUrl };
+        const store = storeHandler(GOOD);
+        const handle: Handler = (req, seen) =>
+          req.method === "DELETE" && seen.path.endsWith("-v4")
+            ? new Response(null, { status: 303, headers: { location: "http://127.0.0.1:1/x" } })
+            : store.handle(req, seen);
+        try {
+          await env.run(handle, async (fake, plugin) => {
+            const conf = plugin.netConf(v4);
+            const add = await plugin.run({
+              command: "ADD",
+              containerId: "px",
+              stdin: conf,
+              env: proxyEnv,
+            });
+            assertOk(add);
+            assert.equal(proxied, 0, "no connection to the proxy");
+            const del = await plugin.run({ command: "DEL", containerId: "px", stdin: conf });
+            assertCniError(del, 105, /redirect.*127\.0\.0\.1:1\/x/);
+            assert.equal(fake.seen.filter((s) => s.path === "/x").length, 0);
+            assert.equal(store.claims.size, 1, "nothing released");
+          }, { agentEnv: proxyEnv });
+        } finally {
+          proxy.close();
+        }
+      });
+
+      await t.step("a claim name from Milo that is not DNS-1123 never reaches a URL", async () => {
+        const old = new Date(Date.now() - 3600_000).toISOString();
+        const evil = {
+          ...fixture("ipclaim-bound-ipv4.json"),
+          metadata: {
+            name: "..",
+            uid: "u",
+            creationTimestamp: old,
+            annotations: { [KEYS.containerId]: "gone", [KEYS.ifname]: "eth0" },
+          },
+        };
+        const handle: Handler = () => json(200, { kind: "IPClaimList", items: [evil] });
+        await env.run(handle, async (fake, plugin) => {
+          const r = await plugin.run({
+            command: "GC",
+            stdin: { ...plugin.netConf(v4), "cni.dev/valid-attachments": [] },
+          });
+          assertCniError(r, 105, /DNS-1123/);
+          assert.ok(fake.seen.length > 0);
+          assert.deepEqual(calls(fake), [], "only LISTs were sent");
+        });
+      });
+
+      await t.step("answers and annotations are bounded", async () => {
+        const huge = "x".repeat(5 * 1024 * 1024);
+        await env.run(
+          () => json(201, { kind: "IPClaim", pad: huge }),
+          async (_f, plugin) => {
+            const r = await plugin.run({
+              command: "ADD",
+              containerId: "big",
+              stdin: plugin.netConf(v4),
+            });
+            assertCniError(r, 105, /exceeds/);
+            assert.ok(r.stdout.length < 4096, "the error quotes little");
+            const vpc = await plugin.run({
+              command: "ADD",
+              containerId: "big",
+              stdin: plugin.netConf(v4, { vpc: "v".repeat(1024 * 1024 - 1024) }),
+            });
+            assertCniError(vpc, 7, /field vpc/);
+          },
+        );
+      });
     } finally {
-      proxy.close();
+      await env.close();
     }
-  });
-
-  Deno.test(`[${mode}] a claim name from Milo that is not DNS-1123 never reaches a URL`, async () => {
-    const old = new Date(Date.now() - 3600_000).toISOString();
-    const evil = {
-      ...fixture("ipclaim-bound-ipv4.json"),
-      metadata: {
-        name: "..",
-        uid: "u",
-        creationTimestamp: old,
-        annotations: { [KEYS.containerId]: "gone", [KEYS.ifname]: "eth0" },
-      },
-    };
-    const handle: Handler = () => json(200, { kind: "IPClaimList", items: [evil] });
-    await withFake(mode, handle, async (fake, plugin) => {
-      const r = await plugin.run({
-        command: "GC",
-        stdin: { ...plugin.netConf(v4), "cni.dev/valid-attachments": [] },
-      });
-      assertCniError(r, 105, /DNS-1123/);
-      assert.ok(fake.seen.length > 0);
-      assert.deepEqual(calls(fake), [], "only LISTs were sent");
-    });
-  });
-
-  Deno.test(`[${mode}] answers and annotations are bounded`, async () => {
-    const huge = "x".repeat(5 * 1024 * 1024);
-    await withFake(mode, () => json(201, { kind: "IPClaim", pad: huge }), async (_f, plugin) => {
-      const r = await plugin.run({ command: "ADD", containerId: "big", stdin: plugin.netConf(v4) });
-      assertCniError(r, 105, /exceeds/);
-      assert.ok(r.stdout.length < 4096, "the error quotes little");
-      const vpc = await plugin.run({
-        command: "ADD",
-        containerId: "big",
-        stdin: plugin.netConf(v4, { vpc: "v".repeat(1024 * 1024 - 1024) }),
-      });
-      assertCniError(vpc, 7, /field vpc/);
-    });
   });
 }
 
