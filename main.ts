@@ -15,6 +15,7 @@ const STARTED = performance.timeOrigin;
 const SUBCOMMANDS: Record<string, () => Promise<{ cli(args: string[]): Promise<number> }>> = {
   agent: async () => ({ cli: (await import("./lib/agent.ts")).agentCli }),
   reconcile: async () => ({ cli: (await import("./lib/reconcile.ts")).reconcileCli }),
+  sweep: async () => ({ cli: (await import("./lib/sweep_cli.ts")).sweepCli }),
 };
 
 function write(text: string): void {
@@ -37,7 +38,7 @@ async function subcommand(name: string, args: string[]): Promise<number> {
 
 /** One CNI call: VERSION locally, anything else by the agent, else in this process. */
 async function cni(): Promise<number> {
-  for (const host of installed().agentOnlyNet ?? []) {
+  for (const host of installed().nonCniNet ?? []) {
     Deno.permissions.revokeSync({ name: "net", host });
   }
   const stdin = await readStdinBytes();

@@ -14,11 +14,11 @@ export const DEFAULT_AGENT_SOCKET = "/run/milo-ipam/agent.sock";
 /** The global through which an install bakes its settings into the bundle. */
 export const INSTALL_GLOBAL = "__miloIpamInstall";
 
-/** What an install bakes in: the node config path, and network grants only the agent uses. */
+/** What an install bakes in: the node config path, and network grants the CNI path drops. */
 export interface InstallSettings {
   nodeConfig?: string;
-  /** `host:port` grants (the metrics port) the CNI path revokes at start. */
-  agentOnlyNet?: string[];
+  /** `host:port` grants (agent metrics, the sweep's Kubernetes API) the CNI path revokes. */
+  nonCniNet?: string[];
 }
 
 /** The settings the installer baked in (empty when run from source). */

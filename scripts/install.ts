@@ -3,7 +3,11 @@
  * Milo host and the files named by the node config.
  *
  *   deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]...
- *                     [--mode auto|compile|launcher]
+ *                     [--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]
+ *
+ * `--kube` is for the cluster sweep's install (its CronJob): it grants the
+ * Kubernetes API host and the files holding its credentials; the CNI path
+ * revokes that host at start.
  *
  * The module is bundled, then `deno compile`d; where compile cannot fetch its
  * runtime, a launcher runs the bundle with a pinned copy of Deno and the same
@@ -21,6 +25,7 @@ import {
   LEGACY_NODE_CONFIG,
 } from "../lib/paths.ts";
 import { type Grants, isInside, netGrant, permissionFlags } from "../lib/permissions.ts";
+import { kubeconfigGrants, SERVICE_ACCOUNT_DIR } from "../lib/kube_access.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const DENO_VERSION = "2.9.6";
@@ -39,6 +44,8 @@ export interface InstallOptions {
   /** The node config file (default /etc/milo-ipam/node.json). */
   config?: string;
   allowHosts?: string[];
+  /** The sweep's Kubernetes API: `in-cluster` (service account), or a kubeconfig path. */
+  kube?: string;
   mode?: "auto" | "compile" | "launcher";
   quiet?: boolean;
 }
@@ -63,7 +70,7 @@ export async function grantsFor(o: InstallOptions): Promise<Grants> {
  */
 async function plan(
   o: InstallOptions,
-): Promise<{ node: NodeConfig; path: string; grants: Grants }> {
+): Promise<{ node: NodeConfig; path: string; grants: Grants; nonCniNet: string[] }> {
   const path = resolve(o.config ?? DEFAULT_NODE_CONFIG);
   let values: unknown;
   try {
@@ -75,13 +82,15 @@ async function plan(
   const m = node.milo;
   const secrets = [m.tokenFile, m.caFile, m.certFile, m.keyFile].filter((f): f is string => !!f);
   const socketDir = dirname(node.agent.socket);
+  const kube = await kubeGrants(o.kube);
+  const nonCniNet = [...(node.agent.metrics ? [node.agent.metrics] : []), ...kube.net];
   const g: Grants = {
     net: [
       netGrant(m.url),
       ...(m.proxy ? [netGrant(m.proxy)] : []),
       ...(o.allowHosts ?? []),
       `unix:${node.agent.socket}`,
-      ...agentOnlyNet(node),
+      ...nonCniNet,
     ],
     read: [
       path,
@@ -91,11 +100,12 @@ async function plan(
       node.resultsDir,
       node.stateDir,
       socketDir,
+      ...kube.read,
     ],
     write: [node.log.file, node.stateDir, socketDir],
   };
   const writable = await Promise.all(g.write.map(real));
-  for (const f of [...secrets, path]) {
+  for (const f of [...secrets, ...kube.read, path]) {
     const at = await real(f);
     const inside = writable.find((w) => isInside(at, w));
     if (inside) {
@@ -105,12 +115,28 @@ async function plan(
       );
     }
   }
-  return { node, path, grants: g };
+  return { node, path, grants: g, nonCniNet };
 }
 
-/** Network grants only the agent needs (its metrics listener); the CNI path revokes them. */
-function agentOnlyNet(node: NodeConfig): string[] {
-  return node.agent.metrics ? [node.agent.metrics] : [];
+/** The sweep's Kubernetes API host and credential files (none without `kube`). */
+async function kubeGrants(kube?: string): Promise<{ net: string[]; read: string[] }> {
+  if (!kube) return { net: [], read: [] };
+  if (kube !== "in-cluster") {
+    const path = resolve(kube);
+    const g = await kubeconfigGrants(path);
+    return { net: [g.net], read: [path, ...g.read] };
+  }
+  const host = Deno.env.get("KUBERNETES_SERVICE_HOST");
+  const port = Deno.env.get("KUBERNETES_SERVICE_PORT");
+  if (!host || !port) {
+    throw new Error(
+      "--kube in-cluster needs KUBERNETES_SERVICE_HOST and _PORT (run it in the pod)",
+    );
+  }
+  return {
+    net: [`${host.includes(":") ? `[${host}]` : host}:${port}`],
+    read: [SERVICE_ACCOUNT_DIR],
+  };
 }
 
 async function run(args: string[], timeoutMs: number): Promise<{ ok: boolean; output: string }> {
@@ -267,10 +293,10 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const dir = resolve(o.dir);
   const support = join(dir, ".milo-ipam");
   await Deno.mkdir(support, { recursive: true, mode: 0o755 });
-  const { node, path, grants } = await plan(o);
+  const { path, grants, nonCniNet } = await plan(o);
   const flags = permissionFlags(grants);
   const bundle = join(support, "milo-ipam.js");
-  const settings: InstallSettings = { nodeConfig: path, agentOnlyNet: agentOnlyNet(node) };
+  const settings: InstallSettings = { nodeConfig: path, nonCniNet };
   const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
   const dirName = await placeBundle(support, await bundleFiles());
   const entry = `import { main } from "./${dirName}/main.js";\nDeno.exit(await main(Deno.args));\n`;
@@ -313,13 +339,14 @@ if (import.meta.main) {
       dir: { type: "string" },
       config: { type: "string" },
       "allow-host": { type: "string", multiple: true },
+      kube: { type: "string" },
       mode: { type: "string", default: "auto" },
     },
   });
   if (!values.dir || !["auto", "compile", "launcher"].includes(values.mode ?? "")) {
     console.error(
       "usage: deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]... " +
-        "[--mode auto|compile|launcher]",
+        "[--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]",
     );
     Deno.exit(2);
   }
@@ -328,6 +355,7 @@ if (import.meta.main) {
       dir: values.dir,
       config: values.config,
       allowHosts: values["allow-host"],
+      kube: values.kube,
       mode: values.mode as InstallOptions["mode"],
     });
     console.log(JSON.stringify(r));

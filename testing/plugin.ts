@@ -62,6 +62,8 @@ export async function installPlugin(o: {
   /** Extra node config keys. */
   nodeConfig?: Record<string, unknown>;
   allowHosts?: string[];
+  /** Install for the cluster sweep: `in-cluster` or a kubeconfig path (see scripts/install.ts). */
+  kube?: string;
   /** Give the node config an agent section (socket in the temp dir); start it with startAgent. */
   agent?: boolean;
   /** The agent's metrics listener (`127.0.0.1:PORT`). */
@@ -120,6 +122,7 @@ export async function installPlugin(o: {
     dir: `${dir}/bin`,
     config: nodeConfig,
     allowHosts: o.allowHosts,
+    kube: o.kube,
     quiet: true,
   });
   const run = async (r: RunOptions): Promise<RunResult> => {

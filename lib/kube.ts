@@ -1,0 +1,338 @@
+/**
+ * A read-only Kubernetes API client for `milo-ipam sweep`: list the pods of
+ * all namespaces, list the nodes, get one pod. Plain `fetch`, TLS always
+ * verified, every answer validated (only the fields the sweep reads), bounded
+ * like the Milo client: a body cap, a page cap, request timeouts and a few
+ * jittered retries for 429/5xx and connection errors.
+ */
+import * as z from "zod/mini";
+import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
+import { clip, CniError, errorText, isTransientStatus } from "./errors.ts";
+import { isLoopbackHost } from "./ip.ts";
+import { createHttpClient, retryAfterMs } from "./milo.ts";
+
+/** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
+export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
+
+const str = z.string();
+const opt = z.optional(z.string());
+const PodSchema = z.object({
+  metadata: z.object({
+    name: str,
+    namespace: str,
+    uid: str,
+    annotations: z.optional(z.nullable(z.record(str, str))),
+  }),
+  spec: z.optional(z.object({ nodeName: opt })),
+  status: z.optional(z.object({ phase: opt })),
+});
+const NodeSchema = z.object({ metadata: z.object({ name: str }) });
+const listOf = <T extends z.ZodMiniType>(item: T) =>
+  z.object({
+    items: z.nullable(z.array(item)),
+    metadata: z.optional(z.object({ continue: opt })),
+  });
+const PodListSchema = listOf(PodSchema);
+const NodeListSchema = listOf(NodeSchema);
+const StatusSchema = z.object({
+  kind: z.literal("Status"),
+  message: opt,
+  reason: opt,
+  details: z.optional(z.object({ name: opt, kind: opt })),
+});
+type KubeStatus = z.infer<typeof StatusSchema>;
+
+/** A pod as the sweep sees it. */
+export interface KubePod {
+  namespace: string;
+  name: string;
+  uid: string;
+  /** The static pod's UID when this is a mirror pod. */
+  mirrorUid?: string;
+  nodeName?: string;
+  phase?: string;
+}
+
+/** True when `pod` is the pod whose UID the kubelet passed as `uid` (itself, or its mirror). */
+export function podHasUid(pod: KubePod, uid: string): boolean {
+  return pod.uid === uid || pod.mirrorUid === uid;
+}
+
+/** How to reach one API server, and how hard to try. */
+export interface KubeOptions {
+  /** `https://host:port` (`http://` only for loopback). */
+  server: string;
+  token?: string;
+  client?: Deno.HttpClient;
+  fetch?: typeof fetch;
+  sleep?: (ms: number) => Promise<void>;
+  random?: () => number;
+  /** Timeout of one HTTP request; default 10 s. */
+  requestMs?: number;
+  /** Budget of one operation (a whole paginated list, retries included); default 120 s. */
+  operationMs?: number;
+  /** `limit` of list requests; default 250. */
+  pageLimit?: number;
+  /** Most pages one list follows; default 1000. */
+  maxPages?: number;
+  /** Largest body read; default 32 MiB. */
+  maxBodyBytes?: number;
+}
+
+const MAX_ATTEMPTS = 5;
+const BACKOFF_BASE_MS = 200;
+const BACKOFF_CAP_MS = 3_000;
+const RETRY_AFTER_CAP_MS = 10_000;
+
+/** The read-only client; {@link requests} counts every HTTP attempt. */
+export class KubeClient {
+  readonly #o: Required<Omit<KubeOptions, "token" | "client">> & KubeOptions;
+  #requests = 0;
+
+  constructor(o: KubeOptions) {
+    if (!isApiServerUrl(o.server)) {
+      throw new CniError(
+        "config",
+        `Kubernetes API server ${JSON.stringify(clip(o.server, 120))} is not https://`,
+        "http:// is accepted only for loopback addresses",
+      );
+    }
+    this.#o = {
+      fetch,
+      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      random: Math.random,
+      requestMs: 10_000,
+      operationMs: 120_000,
+      pageLimit: 250,
+      maxPages: 1_000,
+      maxBodyBytes: 32 * 1024 * 1024,
+      ...o,
+      server: o.server.replace(/\/+$/, ""),
+    };
+  }
+
+  /** HTTP requests sent so far (retries included). */
+  get requests(): number {
+    return this.#requests;
+  }
+
+  /** A client for the credentials in `access` (TLS material loaded into an HTTP client). */
+  static open(access: KubeAccess, o: Partial<KubeOptions> = {}): KubeClient {
+    let client: Deno.HttpClient | undefined;
+    try {
+      client = createHttpClient({ ca: access.ca, cert: access.cert, key: access.key });
+    } catch (err) {
+      const details = err instanceof CniError ? err.details : errorText(err);
+      throw new CniError(
+        "config",
+        `cannot load the Kubernetes TLS material (${access.source})`,
+        details,
+      );
+    }
+    return new KubeClient({ ...o, server: access.server, token: access.token, client });
+  }
+
+  /** Releases the HTTP client. */
+  close(): void {
+    this.#o.client?.close();
+  }
+
+  /** Every pod of every namespace, following `continue` pages. */
+  async listPods(): Promise<KubePod[]> {
+    return (await this.#list("pods", PodListSchema, "PodList")).map(podOf);
+  }
+
+  /** The names of every node, following `continue` pages. */
+  async listNodes(): Promise<string[]> {
+    return (await this.#list("nodes", NodeListSchema, "NodeList")).map((n) => n.metadata.name);
+  }
+
+  /** The pod `namespace/name`, or null on the API server's own 404 NotFound for it. */
+  async getPod(namespace: string, name: string): Promise<KubePod | null> {
+    if (!DNS1123_LABEL.test(namespace) || !DNS1123_SUBDOMAIN.test(name)) {
+      throw new CniError(
+        "protocol",
+        "a pod namespace/name is not DNS-1123; refusing to put it in a URL",
+        JSON.stringify(clip(`${namespace}/${name}`, 120)),
+      );
+    }
+    const path = `/api/v1/namespaces/${namespace}/pods/${name}`;
+    const body = await this.#get(path, Date.now() + this.#o.operationMs, name);
+    return body === null ? null : podOf(parseAs(PodSchema, body, "Pod"));
+  }
+
+  async #list<I>(
+    resource: string,
+    schema: z.ZodMiniType<{ items: I[] | null; metadata?: { continue?: string } }>,
+    kind: string,
+  ): Promise<I[]> {
+    const out: I[] = [];
+    const deadline = Date.now() + this.#o.operationMs;
+    let token: string | undefined;
+    for (let page = 0; page < this.#o.maxPages; page++) {
+      const q = `?limit=${this.#o.pageLimit}` +
+        (token ? `&continue=${encodeURIComponent(token)}` : "");
+      const list = parseAs(schema, await this.#get(`/api/v1/${resource}${q}`, deadline), kind);
+      out.push(...(list.items ?? []));
+      token = list.metadata?.continue || undefined;
+      if (!token) return out;
+    }
+    throw new CniError("protocol", `the ${kind} did not end within ${this.#o.maxPages} pages`);
+  }
+
+  /** One GET with retries; `notFound` names the object whose NotFound answers null. */
+  async #get(path: string, deadline: number, notFound?: string): Promise<unknown> {
+    const o = this.#o;
+    const what = `GET ${path.replace(/\?.*$/, "")}`;
+    let last = "no attempt made";
+    let attempts = 0;
+    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) break;
+      const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
+      let wait = Math.round(ceiling / 2 + o.random() * ceiling / 2);
+      this.#requests++;
+      attempts++;
+      try {
+        const res = await o.fetch(o.server + path, {
+          headers: this.#headers(),
+          redirect: "manual",
+          signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          ...(o.client ? { client: o.client } : {}),
+        });
+        const text = await readBody(res, o.maxBodyBytes, what);
+        const body = parseJson(text);
+        if (res.status === 200) return body;
+        const st = StatusSchema.safeParse(body).data;
+        const isNotFound = st?.reason === "NotFound" && st.details?.name === notFound;
+        if (res.status === 404 && notFound !== undefined && isNotFound) return null;
+        if (!isTransientStatus(res.status)) throw kubeStatusError(what, res.status, st, text);
+        last = `HTTP ${res.status}${st?.message ? `: ${st.message}` : ""}`;
+        const after = retryAfterMs(res.headers.get("retry-after"));
+        if (after !== undefined) wait = Math.max(wait, Math.min(after, RETRY_AFTER_CAP_MS));
+      } catch (err) {
+        if (err instanceof CniError) throw err;
+        const fatal = fatalFetchError(err, o.server);
+        if (fatal) throw fatal;
+        last = err instanceof DOMException && /Timeout|Abort/.test(err.name)
+          ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
+          : errorText(err);
+      }
+      if (attempt === MAX_ATTEMPTS || Date.now() + wait >= deadline) break;
+      await o.sleep(wait);
+    }
+    throw new CniError(
+      "transient",
+      `Kubernetes API unreachable or overloaded: ${what}`,
+      `${last}; gave up after ${attempts} attempt(s)`,
+    );
+  }
+
+  #headers(): Headers {
+    const h = new Headers({ accept: "application/json" });
+    if (this.#o.token) h.set("authorization", `Bearer ${this.#o.token}`);
+    return h;
+  }
+}
+
+function podOf(p: z.infer<typeof PodSchema>): KubePod {
+  const m = p.metadata;
+  return {
+    namespace: m.namespace,
+    name: m.name,
+    uid: m.uid,
+    mirrorUid: m.annotations?.[MIRROR_ANNOTATION] || undefined,
+    nodeName: p.spec?.nodeName || undefined,
+    phase: p.status?.phase,
+  };
+}
+
+function isApiServerUrl(text: string): boolean {
+  try {
+    const u = new URL(text);
+    return u.protocol === "https:" || (u.protocol === "http:" && isLoopbackHost(u.hostname));
+  } catch {
+    return false;
+  }
+}
+
+/** A fetch failure that retrying cannot cure (sandbox, TLS), as a CniError; else undefined. */
+function fatalFetchError(err: unknown, server: string): CniError | undefined {
+  const text = errorText(err);
+  const host = new URL(server).host;
+  if (/NotCapable/.test(text)) {
+    return new CniError("sandbox", `the permission sandbox refused connecting to ${host}`, text);
+  }
+  if (/certificate|UnknownIssuer|InvalidCertificate/i.test(text)) {
+    return new CniError("config", `TLS verification of the Kubernetes API ${host} failed`, text);
+  }
+  return undefined;
+}
+
+/** The body as text, refusing more than `max` bytes; a redirect is refused unread. */
+async function readBody(res: Response, max: number, what: string): Promise<string> {
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel();
+    throw new CniError(
+      "protocol",
+      `${what}: the Kubernetes API answered a redirect (${res.status})`,
+    );
+  }
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for await (const part of res.body ?? []) {
+    size += part.byteLength;
+    if (size > max) {
+      throw new CniError("protocol", `${what}: the answer exceeds ${max} bytes`);
+    }
+    parts.push(part);
+  }
+  return new TextDecoder().decode(await new Blob(parts as BlobPart[]).arrayBuffer());
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function parseAs<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string): z.infer<T> {
+  const r = schema.safeParse(body);
+  if (r.success) return r.data;
+  const i = r.error.issues[0];
+  throw new CniError(
+    "protocol",
+    `the Kubernetes API answered a malformed ${kind}`,
+    `${i.path.join(".")}: ${i.message}`,
+  );
+}
+
+function kubeStatusError(what: string, status: number, st: KubeStatus | undefined, text: string) {
+  const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}: ${
+    st?.message ?? clip(text, 300)
+  }`;
+  if (status === 401) {
+    return new CniError("auth", "the Kubernetes API rejected the credentials (401)", detail);
+  }
+  if (status === 403) {
+    return new CniError(
+      "auth",
+      "the Kubernetes API forbids this (403): the sweep needs get and list on pods and nodes",
+      detail,
+    );
+  }
+  return new CniError("protocol", `the Kubernetes API answered HTTP ${status}`, detail);
+}
+
+/** Credentials and endpoint of one API server, as loaded from a pod or a kubeconfig. */
+export interface KubeAccess {
+  server: string;
+  token?: string;
+  ca?: string;
+  cert?: string;
+  key?: string;
+  /** Where it came from: `in-cluster` or the kubeconfig path. */
+  source: string;
+}

@@ -1,0 +1,238 @@
+/**
+ * The command line of `milo-ipam sweep`: arguments and durations, opening the
+ * Milo and Kubernetes clients, and the report as text or one JSON object
+ * (also for failures).
+ */
+import { parseArgs } from "node:util";
+import { type NodeConfig, readNodeConfig } from "./config.ts";
+import { CniError, errorText, toCniError } from "./errors.ts";
+import { KubeClient } from "./kube.ts";
+import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
+import { MiloClient } from "./milo.ts";
+import { emptyReport, EXIT, type MaxRelease, sweep, type SweepReport } from "./sweep.ts";
+
+/** The command line. */
+export const USAGE = "usage: milo-ipam sweep [--config FILE] [--kubeconfig FILE] [--apply] " +
+  "[--grace DURATION] [--interval DURATION] [--max-release N|P%] [--output text|json]";
+
+const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
+
+/** Parses `10m`, `30s`, `1h`, `500ms`, `1h30m` or plain seconds (`45`, `2.5`) into ms. */
+export function parseDuration(text: string): number | undefined {
+  if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1_000);
+  if (!/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(text)) return undefined;
+  let ms = 0;
+  for (const [, n, , unit] of text.matchAll(/(\d+(\.\d+)?)(ms|s|m|h)/g)) {
+    ms += Number(n) * UNITS[unit];
+  }
+  return Math.round(ms);
+}
+
+/** A duration in the largest units that keep it exact: `10m`, `1h30m`, `500ms`. */
+export function formatDuration(ms: number): string {
+  if (ms < 1_000 || ms % 1_000) return `${ms}ms`;
+  let s = ms / 1_000, out = "";
+  for (const [unit, size] of [["h", 3_600], ["m", 60]] as const) {
+    if (s >= size) out += `${Math.floor(s / size)}${unit}`;
+    s %= size;
+  }
+  return out + (s || !out ? `${s}s` : "");
+}
+
+/** Parses `--max-release`: `N` (a count) or `P%` (0–100 percent of the cluster's claims). */
+export function parseMaxRelease(text: string): MaxRelease | undefined {
+  if (/^\d+$/.test(text)) return { count: Number(text) };
+  const m = /^(\d+(\.\d+)?)%$/.exec(text);
+  return m && Number(m[1]) <= 100 ? { percent: Number(m[1]) } : undefined;
+}
+
+/** The parsed command line. */
+export interface SweepArgs {
+  config?: string;
+  kubeconfig?: string;
+  apply: boolean;
+  graceMs: number;
+  intervalMs: number;
+  maxRelease: MaxRelease;
+  output: "text" | "json";
+}
+
+const DEFAULTS = { graceMs: 600_000, intervalMs: 30_000, maxRelease: { percent: 25 } };
+const MAX_GRACE_MS = 30 * 86_400_000;
+const MAX_INTERVAL_MS = 3_600_000;
+
+/** Parses the arguments; a bad one throws the usage (exit 1). */
+export function parseSweepArgs(args: string[]): SweepArgs {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args,
+      options: {
+        config: { type: "string" },
+        kubeconfig: { type: "string" },
+        apply: { type: "boolean", default: false },
+        grace: { type: "string" },
+        interval: { type: "string" },
+        "max-release": { type: "string" },
+        output: { type: "string", default: "text" },
+      },
+    }));
+  } catch (err) {
+    throw new CniError("config", USAGE, errorText(err));
+  }
+  const duration = (flag: string, text: string | undefined, fallback: number, max: number) => {
+    if (text === undefined) return fallback;
+    const ms = parseDuration(text);
+    if (ms === undefined || ms > max) {
+      throw new CniError(
+        "config",
+        USAGE,
+        `--${flag} ${text}: a duration up to ${
+          formatDuration(max)
+        } such as 10m, 30s, 1h, 500ms or plain seconds`,
+      );
+    }
+    return ms;
+  };
+  const max = values["max-release"];
+  const maxRelease = max === undefined ? DEFAULTS.maxRelease : parseMaxRelease(max);
+  if (!maxRelease) throw new CniError("config", USAGE, `--max-release ${max}: N or P% (0-100)`);
+  if (values.output !== "text" && values.output !== "json") {
+    throw new CniError("config", USAGE, `--output ${values.output}: text or json`);
+  }
+  return {
+    config: values.config,
+    kubeconfig: values.kubeconfig,
+    apply: values.apply,
+    graceMs: duration("grace", values.grace, DEFAULTS.graceMs, MAX_GRACE_MS),
+    intervalMs: duration("interval", values.interval, DEFAULTS.intervalMs, MAX_INTERVAL_MS),
+    maxRelease,
+    output: values.output,
+  };
+}
+
+/** What the command line touches outside itself; tests replace any of it. */
+export interface SweepIo {
+  env: (name: string) => string | undefined;
+  write: (text: string) => void;
+  now: () => number;
+  sleep: (ms: number) => Promise<void>;
+  /** Opens both clients from the node config and `--kubeconfig` (else in-cluster). */
+  open: (node: NodeConfig, kubeconfig?: string) => Promise<{ milo: MiloClient; kube: KubeClient }>;
+}
+
+async function openClients(node: NodeConfig, kubeconfig?: string) {
+  const access = kubeconfig
+    ? await kubeconfigAccess(kubeconfig)
+    : await inClusterAccess((n) => Deno.env.get(n));
+  const t = node.timeouts;
+  const milo = await MiloClient.open(node, t.requestMs, Date.now() + t.totalMs);
+  return { milo, kube: KubeClient.open(access) };
+}
+
+const DEFAULT_IO: SweepIo = {
+  env: (n) => Deno.env.get(n),
+  write: (text) => void Deno.stdout.writeSync(new TextEncoder().encode(text)),
+  now: Date.now,
+  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  open: openClients,
+};
+
+/** CLI entry: runs one sweep, prints the report, answers the exit code (see {@link EXIT}). */
+export async function sweepCli(args: string[], io: Partial<SweepIo> = {}): Promise<number> {
+  const x: SweepIo = { ...DEFAULT_IO, ...io };
+  const started = x.now();
+  let json = args.includes("--output=json") || args.join(" ").includes("--output json");
+  let settings: Omit<SweepArgs, "output"> = { apply: false, ...DEFAULTS };
+  let cluster = "";
+  let report: SweepReport;
+  let clients: { milo: MiloClient; kube: KubeClient } | undefined;
+  try {
+    const a = parseSweepArgs(args);
+    settings = a;
+    json = a.output === "json";
+    const node = await readNodeConfig((n) =>
+      n === "MILO_IPAM_CONFIG" && a.config ? a.config : x.env(n)
+    );
+    cluster = node.cluster;
+    clients = await x.open(node, a.kubeconfig);
+    report = await sweep({
+      ...a,
+      cluster,
+      ...clients,
+      operationMs: node.timeouts.totalMs,
+      now: x.now,
+      sleep: x.sleep,
+    });
+  } catch (err) {
+    report = errorReport(err, { ...settings, cluster }, started, x.now());
+    if (clients) {
+      report.requests = { milo: clients.milo.requests, kubernetes: clients.kube.requests };
+    }
+  } finally {
+    clients?.milo.close();
+    clients?.kube.close();
+  }
+  x.write(json ? JSON.stringify(report, null, 2) + "\n" : renderText(report));
+  return report.exitCode;
+}
+
+function errorReport(
+  err: unknown,
+  o: Parameters<typeof emptyReport>[0],
+  started: number,
+  now: number,
+): SweepReport {
+  const e = toCniError(err);
+  return {
+    ...emptyReport(o, started),
+    outcome: "error",
+    exitCode: EXIT.error,
+    message: `error: ${e.message}`,
+    durationMs: now - started,
+    error: { message: e.message, details: e.details },
+  };
+}
+
+/** The report for a human: settings, observations, one row per candidate, totals, outcome. */
+export function renderText(r: SweepReport): string {
+  const s = r.settings;
+  const lines = [
+    `milo-ipam sweep: cluster ${r.cluster || "(unknown)"}, ${
+      r.apply ? "apply" : "dry run (nothing is released; pass --apply)"
+    }`,
+    `grace ${formatDuration(s.graceMs)}, interval ${formatDuration(s.intervalMs)}, ` +
+    `max-release ${s.maxRelease}${s.maxReleaseLimit === null ? "" : ` (${s.maxReleaseLimit})`}`,
+    ...r.observations.map((o, i) =>
+      `observation ${i + 1} at ${o.at}: ${o.claims} claims, ${o.pods} pods, ${o.nodes} nodes, ` +
+      `${o.candidates} candidates`
+    ),
+  ];
+  if (r.rows.length) {
+    const head = ["CLAIM", "ADDRESS", "POD", "NODE", "REASON", "AGE", "ACTION", "WHY"];
+    const cells = r.rows.map((w) => [
+      w.claim,
+      w.address ?? "-",
+      w.pod ?? "-",
+      w.node ?? "-",
+      w.reason,
+      w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
+      w.action,
+      w.why,
+    ]);
+    const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
+    for (const c of [head, ...cells]) {
+      lines.push(c.map((v, i) => i === c.length - 1 ? v : v.padEnd(width[i])).join("  "));
+    }
+  }
+  const t = r.totals;
+  lines.push(
+    `totals: ${t.claims} claims (${t.withoutPodUid} without a pod UID, ${t.foreign} of another ` +
+      `cluster), ${t.candidates} candidates: ${t.released} released, ${t.wouldRelease} would ` +
+      `be released, ${t.kept} kept, ${t.failed} failed`,
+    `requests: Milo ${r.requests.milo}, Kubernetes ${r.requests.kubernetes}; ${r.durationMs} ms`,
+    `${r.message} (exit ${r.exitCode})`,
+  );
+  if (r.error?.details) lines.push(`  ${r.error.details}`);
+  return lines.join("\n") + "\n";
+}

@@ -1,0 +1,306 @@
+/**
+ * A small Kubernetes API stand-in for the sweep's tests, the bench and the
+ * e2e: the three read-only `v1` calls the sweep makes, in the API server's
+ * shapes, with bearer-token auth, `limit`/`continue` pagination, a request
+ * log, fault switches and a store the caller changes at will. Never a real
+ * API server: no watch, no writes over HTTP, no consistent list snapshots.
+ *
+ * `KubeDevApi.handle` answers a `Request` in-process (a `fetch` stub for unit
+ * tests); `startKubeDev` serves it on 127.0.0.1, optionally over TLS.
+ */
+import { makeTestCA } from "./testca.ts";
+
+/** What a test says about a pod; the rest is filled in. */
+export interface PodInput {
+  namespace: string;
+  name: string;
+  /** Default: a fresh random UID. */
+  uid?: string;
+  nodeName?: string;
+  /** Default `Running`. */
+  phase?: string;
+  annotations?: Record<string, string>;
+}
+
+/** A stored object, in the API's JSON shape. */
+export type KubeObject = { metadata: Record<string, unknown> } & Record<string, unknown>;
+
+/** Fault switches, changed at run time. */
+export interface KubeDevFaults {
+  /** Pod and node lists answer 503 ServiceUnavailable. */
+  failLists: boolean;
+  /** Pod and node lists answer no items. */
+  emptyLists: boolean;
+  /** Every request answers 403 Forbidden. */
+  forbidden: boolean;
+}
+
+/** One request the stand-in answered. */
+export interface KubeDevRequest {
+  method: string;
+  path: string;
+  search: string;
+  status: number;
+}
+
+/** The pods and nodes the stand-in serves; every change bumps the resourceVersion. */
+export class KubeStore {
+  readonly #pods = new Map<string, KubeObject>();
+  readonly #nodes = new Map<string, KubeObject>();
+  #rv = 1000;
+
+  /** The current resourceVersion. */
+  get resourceVersion(): string {
+    return String(this.#rv);
+  }
+
+  #meta(extra: Record<string, unknown>): Record<string, unknown> {
+    return {
+      uid: crypto.randomUUID(),
+      resourceVersion: String(++this.#rv),
+      creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
+      ...extra,
+    };
+  }
+
+  /** Adds (or replaces, by namespace/name) a pod; answers the stored object. */
+  addPod(p: PodInput): KubeObject {
+    const pod: KubeObject = {
+      metadata: this.#meta({
+        name: p.name,
+        namespace: p.namespace,
+        ...(p.uid ? { uid: p.uid } : {}),
+        ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
+      }),
+      spec: {
+        ...(p.nodeName ? { nodeName: p.nodeName } : {}),
+        containers: [{ name: "app", image: "registry.k8s.io/pause:3.10" }],
+      },
+      status: { phase: p.phase ?? "Running" },
+    };
+    this.#pods.set(`${p.namespace}/${p.name}`, pod);
+    return pod;
+  }
+
+  /** Removes a pod; true when it existed. */
+  removePod(namespace: string, name: string): boolean {
+    this.#rv++;
+    return this.#pods.delete(`${namespace}/${name}`);
+  }
+
+  /** The pod `namespace/name`, if stored. */
+  pod(namespace: string, name: string): KubeObject | undefined {
+    return this.#pods.get(`${namespace}/${name}`);
+  }
+
+  /** Adds a node (a Ready one). */
+  addNode(name: string): KubeObject {
+    const node: KubeObject = {
+      metadata: this.#meta({ name, labels: { "kubernetes.io/hostname": name } }),
+      spec: {},
+      status: { conditions: [{ type: "Ready", status: "True" }] },
+    };
+    this.#nodes.set(name, node);
+    return node;
+  }
+
+  /** Removes a node; true when it existed. */
+  removeNode(name: string): boolean {
+    this.#rv++;
+    return this.#nodes.delete(name);
+  }
+
+  /** Every pod, sorted by namespace/name (the list order). */
+  pods(): KubeObject[] {
+    return [...this.#pods.keys()].sort().map((k) => this.#pods.get(k)!);
+  }
+
+  /** Every node, sorted by name. */
+  nodes(): KubeObject[] {
+    return [...this.#nodes.keys()].sort().map((k) => this.#nodes.get(k)!);
+  }
+}
+
+function status(code: number, reason: string, message: string, details?: object): Response {
+  const body = {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message,
+    reason,
+    ...(details ? { details } : {}),
+    code,
+  };
+  return Response.json(body, { status: code });
+}
+
+const keyOf = (o: KubeObject) =>
+  o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : String(o.metadata.name);
+
+/** The stand-in's request handling, without a listener. */
+export class KubeDevApi {
+  /** The objects served. */
+  readonly store = new KubeStore();
+  /** Fault switches. */
+  readonly faults: KubeDevFaults = { failLists: false, emptyLists: false, forbidden: false };
+  /** Every request answered, in order. */
+  readonly log: KubeDevRequest[] = [];
+  /** The bearer token accepted. */
+  readonly token: string;
+  /** Largest page served whatever `limit` asks (lists are paginated by the server too). */
+  maxPage: number;
+
+  constructor(o: { token?: string; maxPage?: number } = {}) {
+    this.token = o.token ?? "kube-dev-token";
+    this.maxPage = o.maxPage ?? Infinity;
+  }
+
+  /** Requests answered so far for a path (all of them when omitted); `search` not counted. */
+  count(path?: string): number {
+    return path === undefined ? this.log.length : this.log.filter((r) => r.path === path).length;
+  }
+
+  /** A `fetch` that answers in-process. */
+  readonly fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> =>
+    Promise.resolve(this.handle(new Request(input, init)));
+
+  /** Answers one request. */
+  handle(req: Request): Response {
+    const url = new URL(req.url);
+    const res = this.#answer(req, url);
+    this.log.push({
+      method: req.method,
+      path: url.pathname,
+      search: url.search,
+      status: res.status,
+    });
+    return res;
+  }
+
+  #answer(req: Request, url: URL): Response {
+    if (req.headers.get("authorization") !== `Bearer ${this.token}`) {
+      return status(401, "Unauthorized", "Unauthorized");
+    }
+    const path = url.pathname;
+    const one = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(path);
+    const resource = path === "/api/v1/pods" ? "pods" : path === "/api/v1/nodes" ? "nodes" : null;
+    if (!one && !resource) {
+      return status(404, "NotFound", "the server could not find the requested resource");
+    }
+    if (req.method !== "GET") {
+      return status(405, "MethodNotAllowed", "the server does not allow this method");
+    }
+    if (this.faults.forbidden) {
+      const what = one ? `get resource "pods" in the namespace "${one[1]}"` : `list resource ` +
+        `"${resource}" in API group "" at the cluster scope`;
+      return status(
+        403,
+        "Forbidden",
+        `${resource ?? "pods"} is forbidden: User "system:serviceaccount:kube-system:` +
+          `milo-ipam-sweep" cannot ${what}`,
+        { kind: resource ?? "pods" },
+      );
+    }
+    if (one) {
+      const pod = this.store.pod(one[1], one[2]);
+      if (!pod) {
+        return status(404, "NotFound", `pods "${one[2]}" not found`, {
+          name: one[2],
+          kind: "pods",
+        });
+      }
+      return Response.json({ kind: "Pod", apiVersion: "v1", ...pod });
+    }
+    if (this.faults.failLists) {
+      return status(
+        503,
+        "ServiceUnavailable",
+        "the server is currently unable to handle the request",
+      );
+    }
+    return this.#list(resource!, url.searchParams);
+  }
+
+  #list(resource: "pods" | "nodes", q: URLSearchParams): Response {
+    const kind = resource === "pods" ? "PodList" : "NodeList";
+    let items = this.faults.emptyLists
+      ? []
+      : resource === "pods"
+      ? this.store.pods()
+      : this.store.nodes();
+    const cont = q.get("continue");
+    let rv = this.store.resourceVersion;
+    if (cont) {
+      let at: { rv: string; start: string };
+      try {
+        at = JSON.parse(atob(cont));
+        if (typeof at.rv !== "string" || typeof at.start !== "string") throw new Error();
+      } catch {
+        return status(400, "BadRequest", "continue key is not valid: malformed token");
+      }
+      rv = at.rv;
+      items = items.filter((o) => keyOf(o) > at.start);
+    }
+    const limit = Number(q.get("limit") ?? "0");
+    const size = Math.min(Number.isInteger(limit) && limit > 0 ? limit : Infinity, this.maxPage);
+    const metadata: Record<string, unknown> = { resourceVersion: rv };
+    if (items.length > size) {
+      metadata.remainingItemCount = items.length - size;
+      items = items.slice(0, size);
+      metadata.continue = btoa(JSON.stringify({ rv, start: keyOf(items[items.length - 1]) }));
+    }
+    return Response.json({ kind, apiVersion: "v1", metadata, items });
+  }
+}
+
+/** A served stand-in. */
+export interface KubeDev {
+  /** `http://127.0.0.1:PORT` or `https://127.0.0.1:PORT`. */
+  url: string;
+  token: string;
+  /** The CA that verifies the server, when it serves TLS. */
+  caFile?: string;
+  api: KubeDevApi;
+  store: KubeStore;
+  close(): Promise<void>;
+}
+
+/** Options of {@link startKubeDev}. */
+export interface KubeDevOptions {
+  token?: string;
+  maxPage?: number;
+  /** HTTPS: `true` makes a throwaway test CA (removed on close), or the server's own cert and key. */
+  tls?: true | { certFile: string; keyFile: string; caFile?: string };
+}
+
+/** Serves a {@link KubeDevApi} on 127.0.0.1 (a free port). */
+export async function startKubeDev(o: KubeDevOptions = {}): Promise<KubeDev> {
+  const api = new KubeDevApi(o);
+  let dir: string | undefined;
+  let tls = o.tls === true ? undefined : o.tls;
+  if (o.tls === true) {
+    dir = await Deno.makeTempDir({ prefix: "kube-dev-" });
+    tls = await makeTestCA(dir);
+  }
+  const pem = tls
+    ? { cert: await Deno.readTextFile(tls.certFile), key: await Deno.readTextFile(tls.keyFile) }
+    : {};
+  const { promise, resolve } = Promise.withResolvers<number>();
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: (a) => resolve(a.port), ...pem },
+    (req) => api.handle(req),
+  );
+  const port = await promise;
+  return {
+    url: `${tls ? "https" : "http"}://127.0.0.1:${port}`,
+    token: api.token,
+    caFile: tls?.caFile,
+    api,
+    store: api.store,
+    close: async () => {
+      await server.shutdown();
+      if (dir) await Deno.remove(dir, { recursive: true }).catch(() => {});
+    },
+  };
+}

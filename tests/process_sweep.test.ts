@@ -1,0 +1,145 @@
+/**
+ * `milo-ipam sweep` as the CronJob runs it: the installed file, a kubeconfig
+ * for the Kubernetes API stand-in over TLS, milo-dev holding claims made by
+ * real ADDs. Dry run by default, `--apply` releases orphans only, the brakes,
+ * the sandbox around the Kubernetes API and its credentials.
+ */
+import assert from "node:assert/strict";
+import { KEYS } from "../lib/claims.ts";
+import { startKubeDev } from "../testing/kube_dev.ts";
+import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
+import { installPlugin } from "../testing/plugin.ts";
+import { assertOk, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+
+const b64 = (text: string) => btoa(text);
+
+function kubeconfig(server: string, ca: string, token: string): string {
+  return JSON.stringify({
+    apiVersion: "v1",
+    kind: "Config",
+    "current-context": "test",
+    clusters: [{ name: "c", cluster: { server, "certificate-authority-data": b64(ca) } }],
+    users: [{ name: "u", user: { token } }],
+    contexts: [{ name: "test", context: { cluster: "c", user: "u" } }],
+  });
+}
+
+Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file", async (t) => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const kube = await startKubeDev({ tls: true });
+  const dir = await Deno.makeTempDir({ prefix: "milo-ipam-sweep-" });
+  const kcfg = `${dir}/kubeconfig`;
+  await Deno.writeTextFile(
+    kcfg,
+    kubeconfig(kube.url, await Deno.readTextFile(kube.caFile!), kube.token),
+  );
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, kube: kcfg });
+  const conf = p.netConf({}, {});
+  const sweep = (...args: string[]) =>
+    p.run({ command: "", args: ["sweep", "--kubeconfig", kcfg, ...args], timeoutMs: 30_000 });
+  const claimsOf = async (cid: string) =>
+    (await milo.listClaims("tenant-a", `${KEYS.containerId}=${cid}`)).length;
+  const json = (r: { stdout: string }) => JSON.parse(r.stdout);
+  try {
+    kube.store.addNode("node-a1");
+    for (const cid of ["live-1", "live-2", "gone-1", "gone-2"]) {
+      assertOk(await p.run({ command: "ADD", containerId: cid, podName: cid, stdin: conf }));
+      if (cid.startsWith("live")) {
+        kube.store.addPod({ namespace: "shop", name: cid, uid: `uid-${cid}`, nodeName: "node-a1" });
+      }
+    }
+    const foreign = await miloApi(milo, "POST", "/namespaces/default/ipclaims", {
+      project: "tenant-a",
+      body: claimBody("foreign-1", {
+        labels: { [KEYS.cluster]: "cluster-b" },
+        annotations: { [KEYS.podUid]: "uid-elsewhere", [KEYS.pod]: "shop/x" },
+      }),
+    });
+    assert.equal(foreign.status, 201);
+    const base = ["--grace", "0s", "--interval", "1s", "--max-release", "100%"];
+
+    await t.step("dry run by default: reports would-release, releases nothing", async () => {
+      const r = await sweep(...base);
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      assert.match(r.stdout, /dry run \(nothing is released; pass --apply\)/);
+      assert.match(r.stdout, /dry run: would release 4 of 4 candidate\(s\) \(exit 0\)/);
+      for (const cid of ["gone-1", "gone-2"]) assert.equal(await claimsOf(cid), 2);
+      assert.ok(!r.stdout.includes(kube.token) && !r.stdout.includes(TOKEN));
+    });
+
+    await t.step(
+      "a brake: more candidates than --max-release, exit 2, nothing released",
+      async () => {
+        const r = await sweep("--grace", "0s", "--interval", "1s", "--apply", "--output", "json");
+        assert.equal(r.code, 2, r.stdout + r.stderr);
+        const report = json(r);
+        assert.equal(report.outcome, "brake");
+        assert.equal(report.settings.maxReleaseLimit, 2); // 25% of 8 claims
+        for (const cid of ["gone-1", "gone-2"]) assert.equal(await claimsOf(cid), 2);
+      },
+    );
+
+    await t.step("a brake: an empty pod list", async () => {
+      kube.api.faults.emptyLists = true;
+      try {
+        const r = await sweep(...base, "--apply", "--output", "json");
+        assert.equal(r.code, 2, r.stdout);
+        assert.match(json(r).message, /pod list is empty while the cluster has 8 claim/);
+      } finally {
+        kube.api.faults.emptyLists = false;
+      }
+      assert.equal(await claimsOf("gone-1"), 2);
+    });
+
+    await t.step("--apply releases the orphans' claims only", async () => {
+      const r = await sweep(...base, "--apply", "--output", "json");
+      assert.equal(r.code, 0, r.stdout + r.stderr);
+      const report = json(r);
+      assert.equal(report.kind, "SweepReport");
+      assert.equal(report.totals.released, 4);
+      assert.equal(report.totals.foreign, 0, "the LIST selects this cluster only");
+      assert.deepEqual(
+        report.rows.map((x: { pod: string; action: string }) => [x.pod, x.action]).sort(),
+        [
+          ["shop/gone-1", "released"],
+          ["shop/gone-1", "released"],
+          ["shop/gone-2", "released"],
+          ["shop/gone-2", "released"],
+        ],
+      );
+      for (const cid of ["gone-1", "gone-2"]) assert.equal(await claimsOf(cid), 0);
+      for (const cid of ["live-1", "live-2"]) assert.equal(await claimsOf(cid), 2);
+      const left = await miloApi(milo, "GET", "/namespaces/default/ipclaims/foreign-1", {
+        project: "tenant-a",
+      });
+      assert.equal(left.status, 200, "another cluster's claim is untouched");
+    });
+
+    await t.step("the sandbox: only the installed kubeconfig and its API host", async () => {
+      const other = `${dir}/other-kubeconfig`;
+      await Deno.writeTextFile(other, await Deno.readTextFile(kcfg));
+      const r = await p.run({
+        command: "",
+        args: ["sweep", "--kubeconfig", other, "--output", "json"],
+      });
+      assert.equal(r.code, 1);
+      assert.match(json(r).error.message, /permission sandbox refused reading kubeconfig/);
+      const port = Number(new URL(kube.url).port);
+      const elsewhere = kubeconfig(`https://127.0.0.1:${port === 65535 ? 1 : port + 1}`, "", "t");
+      const original = await Deno.readTextFile(kcfg);
+      await Deno.writeTextFile(kcfg, elsewhere.replace(`"certificate-authority-data":""`, ""));
+      try {
+        const s = await sweep("--output", "json");
+        assert.equal(s.code, 2, s.stdout);
+        assert.match(json(s).message, /^brake: .*permission sandbox refused connecting to 127/);
+      } finally {
+        await Deno.writeTextFile(kcfg, original);
+      }
+    });
+  } finally {
+    await p.cleanup();
+    await kube.close();
+    await milo.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -1,0 +1,455 @@
+// The sweep's decision, with both APIs stubbed in-process: Milo by a small
+// claim store behind the real MiloClient, Kubernetes by the kube-dev handler
+// behind the real KubeClient; the clock and the interval's sleep are injected.
+import assert from "node:assert/strict";
+import { KEYS } from "../lib/claims.ts";
+import { KubeClient } from "../lib/kube.ts";
+import { MiloClient } from "../lib/milo.ts";
+import { sweep, type SweepOptions, type SweepReport } from "../lib/sweep.ts";
+import { KubeDevApi } from "../testing/kube_dev.ts";
+
+const CLUSTER = "cluster-a";
+const T0 = Date.parse("2026-12-02T12:00:00Z");
+const HOUR = 3_600_000;
+const BASE = "https://milo.test";
+const CLAIMS = "/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims";
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+const status = (code: number, reason: string, name?: string) =>
+  Response.json({ kind: "Status", status: "Failure", reason, code, details: { name } }, {
+    status: code,
+  });
+
+/** Milo's IPClaim API for the calls the sweep makes, with hooks and a request log. */
+export class MiloStub {
+  readonly claims = new Map<string, Json>();
+  readonly log: string[] = [];
+  listStatus = 200;
+  onGet?: (name: string) => void;
+  onDelete?: (name: string) => void;
+  constructor(readonly maxPage = 500) {}
+
+  add(name: string, o: { podUid?: string; pod?: string; node?: string; cluster?: string } = {}) {
+    const ann: Record<string, string> = { [KEYS.cluster]: o.cluster ?? CLUSTER };
+    if (o.node !== null) ann[KEYS.node] = o.node ?? "node-1";
+    if (o.podUid) ann[KEYS.podUid] = o.podUid;
+    if (o.pod) ann[KEYS.pod] = o.pod;
+    const claim = {
+      apiVersion: "ipam.miloapis.com/v1alpha1",
+      kind: "IPClaim",
+      metadata: {
+        name,
+        namespace: "default",
+        uid: crypto.randomUUID(),
+        creationTimestamp: new Date(T0 - HOUR).toISOString(),
+        labels: { [KEYS.cluster]: CLUSTER },
+        annotations: ann,
+      },
+      spec: { className: "vpc-pods-ipv4" },
+      status: { phase: "Bound", allocatedCIDR: `10.40.0.${this.claims.size + 1}/32` },
+    };
+    this.claims.set(name, claim);
+    return claim;
+  }
+
+  fetch = (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> =>
+    Promise.resolve(this.#answer(input, init));
+
+  #answer(input: RequestInfo | URL, init: RequestInit): Response {
+    const url = new URL(String(input));
+    const method = init.method ?? "GET";
+    this.log.push(`${method} ${url.pathname.slice(CLAIMS.length) || "/"}${url.search}`);
+    const name = url.pathname.slice(CLAIMS.length + 1);
+    if (!name) return this.#list(url.searchParams);
+    if (method === "GET") {
+      this.onGet?.(name);
+      const c = this.claims.get(name);
+      return c ? Response.json(c) : status(404, "NotFound", name);
+    }
+    this.onDelete?.(name);
+    const c = this.claims.get(name);
+    if (!c) return status(404, "NotFound", name);
+    const uid = JSON.parse(String(init.body ?? "{}")).preconditions?.uid;
+    if (uid && uid !== c.metadata.uid) return status(409, "Conflict", name);
+    this.claims.delete(name);
+    return Response.json({ ...c, status: { ...c.status, phase: "Releasing" } });
+  }
+
+  #list(q: URLSearchParams): Response {
+    if (this.listStatus !== 200) return status(this.listStatus, "ServiceUnavailable");
+    const [key, value] = (q.get("labelSelector") ?? "").split("=");
+    const all = [...this.claims.values()].filter((c) => c.metadata.labels[key] === value);
+    const from = Number(q.get("continue") ?? 0);
+    const size = Math.min(Number(q.get("limit")), this.maxPage);
+    const next = from + size < all.length ? String(from + size) : undefined;
+    return Response.json({
+      kind: "IPClaimList",
+      metadata: next ? { continue: next } : {},
+      items: all.slice(from, from + size),
+    });
+  }
+}
+
+/** Both APIs, a clock, and the run; `between` runs during the interval's sleep. */
+export function world(o: { miloPage?: number; kubePage?: number; bystander?: boolean } = {}) {
+  const milo = new MiloStub(o.miloPage);
+  const kube = new KubeDevApi();
+  for (const n of ["node-1", "node-2"]) kube.store.addNode(n);
+  // A pod without a claim (host network), so a cluster of orphans alone is not an empty list.
+  if (o.bystander !== false) {
+    kube.store.addPod({ namespace: "kube-system", name: "kube-proxy-1", nodeName: "node-1" });
+  }
+  const w = {
+    milo,
+    kube,
+    clock: T0,
+    sleeps: [] as number[],
+    between: undefined as (() => void) | undefined,
+    onPodGet: undefined as (() => void) | undefined,
+    /** A pod on `node` and the claim of its interface. */
+    live(name: string, node = "node-1") {
+      const pod = kube.store.addPod({ namespace: "shop", name, nodeName: node });
+      return milo.add(`c-${name}`, {
+        podUid: pod.metadata.uid as string,
+        pod: `shop/${name}`,
+        node,
+      });
+    },
+    /** A claim whose pod is gone. */
+    orphan(name: string, node = "node-1") {
+      return milo.add(`c-${name}`, { podUid: crypto.randomUUID(), pod: `shop/${name}`, node });
+    },
+    run(extra: Partial<SweepOptions> = {}): Promise<SweepReport> {
+      const noSleep = () => Promise.resolve();
+      const kubeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+        if (String(input).includes("/namespaces/")) w.onPodGet?.();
+        return kube.fetch(input, init);
+      };
+      return sweep({
+        cluster: CLUSTER,
+        milo: new MiloClient({
+          baseUrl: BASE,
+          namespace: "default",
+          token: "t",
+          requestMs: 1000,
+          deadline: Date.now() + 60_000,
+          fetch: milo.fetch as typeof fetch,
+          sleep: noSleep,
+        }),
+        kube: new KubeClient({
+          server: "https://kube.test",
+          token: kube.token,
+          fetch: kubeFetch as typeof fetch,
+          sleep: noSleep,
+          pageLimit: o.kubePage,
+        }),
+        apply: true,
+        graceMs: 600_000,
+        intervalMs: 30_000,
+        maxRelease: { percent: 100 },
+        operationMs: 10_000,
+        now: () => w.clock,
+        sleep: (ms) => {
+          w.sleeps.push(ms);
+          w.clock += ms;
+          w.between?.();
+          return Promise.resolve();
+        },
+        ...extra,
+      });
+    },
+    deletes: () => milo.log.filter((l) => l.startsWith("DELETE")),
+  };
+  return w;
+}
+
+const row = (r: SweepReport, claim: string) => {
+  const x = r.rows.find((x) => x.claim === claim);
+  assert.ok(x, `no row for ${claim}: ${JSON.stringify(r.rows)}`);
+  return x;
+};
+
+Deno.test("an orphan is released; live, pod-UID-less claims are no candidates", async () => {
+  const w = world();
+  w.live("web-0");
+  w.orphan("gone-0");
+  w.milo.add("c-docker", { node: "node-1" }); // no pod UID: a non-Kubernetes runtime
+  const r = await w.run();
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.outcome, "done");
+  assert.deepEqual(r.rows.map((x) => [x.claim, x.action, x.reason]), [
+    ["c-gone-0", "released", "pod-gone"],
+  ]);
+  assert.equal(row(r, "c-gone-0").why, "pod shop/gone-0 not found");
+  assert.deepEqual(w.deletes(), ["DELETE /c-gone-0"]);
+  assert.deepEqual([...w.milo.claims.keys()].sort(), ["c-docker", "c-web-0"]);
+  assert.equal(r.totals.withoutPodUid, 1);
+  assert.equal(r.totals.claims, 3);
+  assert.deepEqual(w.sleeps, [30_000]);
+  assert.equal(r.observations.length, 2);
+});
+
+Deno.test("UID, not name: a pod recreated under its name frees the old lease only", async () => {
+  const w = world();
+  const old = w.orphan("web-0"); // the old pod's claim
+  old.metadata.name = "c-web-0-old";
+  w.milo.claims.delete("c-web-0");
+  w.milo.claims.set("c-web-0-old", old);
+  w.live("web-0"); // same namespace/name, a new UID, its own claim
+  const r = await w.run();
+  assert.deepEqual(r.rows.map((x) => [x.claim, x.action]), [["c-web-0-old", "released"]]);
+  assert.match(row(r, "c-web-0-old").why, /now has uid/);
+  assert.deepEqual(w.deletes(), ["DELETE /c-web-0-old"]);
+  assert.ok(w.milo.claims.has("c-web-0"));
+});
+
+Deno.test("a mirror pod's config.mirror annotation counts as the static pod existing", async () => {
+  const w = world();
+  const staticUid = "3f2c8a1e0b7d4e6f9a8b7c6d5e4f3a2b";
+  w.kube.store.addPod({
+    namespace: "kube-system",
+    name: "etcd-node-1",
+    nodeName: "node-1",
+    annotations: { "kubernetes.io/config.mirror": staticUid },
+  });
+  w.milo.add("c-etcd", { podUid: staticUid, pod: "kube-system/etcd-node-1" });
+  w.orphan("gone-0");
+  const r = await w.run();
+  assert.deepEqual(r.rows.map((x) => x.claim), ["c-gone-0"]);
+  assert.ok(w.milo.claims.has("c-etcd"));
+});
+
+Deno.test("pagination: claims, pods and nodes over several pages, each page once per observation", async () => {
+  const w = world({ miloPage: 2, kubePage: 2, bystander: false });
+  w.kube.store.addNode("node-3");
+  for (let i = 0; i < 4; i++) w.live(`web-${i}`, `node-${1 + i % 3}`);
+  for (let i = 0; i < 3; i++) w.orphan(`gone-${i}`, "node-3");
+  const r = await w.run();
+  assert.equal(r.totals.claims, 7);
+  assert.deepEqual(r.observations.map((o) => [o.claims, o.pods, o.nodes, o.candidates]), [
+    [7, 4, 3, 3],
+    [7, 4, 3, 3],
+  ]);
+  assert.equal(r.totals.released, 3);
+  const lists = w.milo.log.filter((l) => l.startsWith("GET /?"));
+  assert.equal(lists.length, 8); // 4 pages × 2 observations
+  assert.equal(lists.filter((l) => l.includes("continue=")).length, 6);
+  assert.equal(w.kube.count("/api/v1/pods"), 4); // 2 pages × 2
+  assert.equal(w.kube.count("/api/v1/nodes"), 4);
+  assert.equal(w.kube.log.filter((l) => l.search.includes("continue=")).length, 4);
+  // Re-check: one pod GET, one claim GET and one DELETE per candidate, nothing else.
+  assert.equal(w.kube.log.filter((l) => l.path.includes("/namespaces/")).length, 3);
+  assert.equal(w.milo.log.filter((l) => /^GET \/c-/.test(l)).length, 3);
+  assert.equal(r.requests.milo, 8 + 6);
+  assert.equal(r.requests.kubernetes, 8 + 3);
+});
+
+Deno.test("a candidate whose pod reappears in the second observation is kept", async () => {
+  const w = world();
+  const c = w.orphan("web-0");
+  w.between = () =>
+    w.kube.store.addPod({
+      namespace: "shop",
+      name: "web-0",
+      uid: c.metadata.annotations[KEYS.podUid],
+      nodeName: "node-1",
+    });
+  const r = await w.run();
+  assert.equal(row(r, "c-web-0").action, "kept");
+  assert.match(row(r, "c-web-0").why, /not a candidate in the second observation/);
+  assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("a candidate of the second observation only is kept", async () => {
+  const w = world();
+  w.live("web-0");
+  w.between = () => w.kube.store.removePod("shop", "web-0");
+  let r = await w.run({ maxRelease: { count: 5 } });
+  assert.deepEqual(r.rows, [], "no candidate in the first observation: no second one");
+  w.kube.store.addPod({ namespace: "shop", name: "web-1", nodeName: "node-1" });
+  w.live("web-0");
+  w.orphan("gone-0");
+  r = await w.run({ maxRelease: { count: 5 } });
+  assert.equal(row(r, "c-web-0").why, "a candidate in the second observation only");
+  assert.deepEqual(w.deletes(), ["DELETE /c-gone-0"]);
+});
+
+Deno.test("a claim whose uid changed before the release is kept (GET and DELETE precondition)", async () => {
+  for (const hook of ["onGet", "onDelete"] as const) {
+    const w = world();
+    w.orphan("gone-0");
+    w.milo[hook] = (name) => {
+      w.milo.claims.get(name).metadata.uid = "new-uid";
+      w.milo[hook] = undefined;
+    };
+    const r = await w.run();
+    assert.equal(row(r, "c-gone-0").action, "kept", hook);
+    assert.equal(row(r, "c-gone-0").why, "claim uid changed on re-check");
+    assert.ok(w.milo.claims.has("c-gone-0"));
+    assert.equal(w.deletes().length, hook === "onGet" ? 0 : 1);
+  }
+});
+
+Deno.test("the final pod GET showing the same UID (or its mirror) keeps the lease", async () => {
+  for (const mirror of [false, true]) {
+    const w = world();
+    const c = w.orphan("web-0");
+    const uid = c.metadata.annotations[KEYS.podUid];
+    w.onPodGet = () =>
+      w.kube.store.addPod({
+        namespace: "shop",
+        name: "web-0",
+        nodeName: "node-2",
+        ...(mirror ? { annotations: { "kubernetes.io/config.mirror": uid } } : { uid }),
+      });
+    const r = await w.run();
+    assert.equal(row(r, "c-web-0").action, "kept");
+    assert.match(row(r, "c-web-0").why, /pod exists on re-check \(node node-2, phase Running\)/);
+    assert.deepEqual(w.milo.log.filter((l) => /\/c-/.test(l)), []);
+  }
+});
+
+Deno.test("younger than grace, created after the run started, no creation time: kept", async () => {
+  const w = world();
+  w.orphan("young").metadata.creationTimestamp = new Date(T0 - 60_000).toISOString();
+  w.orphan("future").metadata.creationTimestamp = new Date(T0 + 5_000).toISOString();
+  delete (w.orphan("undated").metadata as { creationTimestamp?: string }).creationTimestamp;
+  w.orphan("old");
+  w.between = () => w.orphan("during"); // made between the observations
+  let r = await w.run({ graceMs: 600_000 });
+  assert.equal(row(r, "c-young").why, "younger than --grace");
+  assert.equal(row(r, "c-future").why, "created after the run started");
+  assert.equal(row(r, "c-undated").why, "the claim has no creation time");
+  assert.equal(row(r, "c-during").why, "a candidate in the second observation only");
+  assert.deepEqual(w.deletes(), ["DELETE /c-old"]);
+  w.between = undefined;
+  w.milo.claims.get("c-future").metadata.creationTimestamp = new Date(w.clock + 5_000)
+    .toISOString();
+  r = await w.run({ graceMs: 0 }); // grace 0 still never takes a claim newer than the run
+  assert.equal(row(r, "c-future").why, "created after the run started");
+  assert.deepEqual(r.rows.filter((x) => x.action === "released").map((x) => x.claim), [
+    "c-during",
+    "c-young",
+  ]);
+});
+
+Deno.test("a claim of another cluster is never a candidate, whatever its label says", async () => {
+  const w = world();
+  w.milo.add("c-foreign", { podUid: crypto.randomUUID(), pod: "shop/x", cluster: "cluster-b" });
+  w.live("web-0");
+  const r = await w.run();
+  assert.deepEqual(r.rows, []);
+  assert.equal(r.totals.foreign, 1);
+  assert.equal(r.totals.claims, 1);
+  assert.deepEqual(w.deletes(), []);
+  assert.deepEqual(w.sleeps, []); // no candidate: no second observation
+});
+
+Deno.test("a pod on a vanished node is kept while the pod exists; pod and node gone goes", async () => {
+  const w = world();
+  w.kube.store.addNode("node-9");
+  w.live("stuck", "node-9");
+  w.orphan("gone", "node-9");
+  w.kube.store.removeNode("node-9");
+  w.milo.add("c-nameless", { podUid: crypto.randomUUID() }); // no pod annotation to re-check
+  const r = await w.run();
+  assert.deepEqual(r.rows.map((x) => [x.claim, x.reason, x.action]), [
+    ["c-gone", "pod-and-node-gone", "released"],
+    ["c-nameless", "pod-gone", "kept"],
+    ["c-stuck", "node-gone", "kept"],
+  ]);
+  assert.match(row(r, "c-stuck").why, /exists; only its node is gone/);
+  assert.equal(row(r, "c-nameless").why, "no pod namespace/name recorded to re-check");
+});
+
+Deno.test("observations less than --interval apart release nothing", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  const r = await w.run({ sleep: () => Promise.resolve() }); // the clock does not move
+  assert.equal(row(r, "c-gone-0").why, "observations less than --interval apart");
+  assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("dry run: reports would-release, re-checks, deletes nothing", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  w.live("web-0");
+  const r = await w.run({ apply: false });
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.apply, false);
+  assert.equal(row(r, "c-gone-0").action, "would-release");
+  assert.equal(r.totals.wouldRelease, 1);
+  assert.equal(r.totals.released, 0);
+  assert.deepEqual(w.deletes(), []);
+  assert.equal(w.milo.claims.size, 2);
+  assert.match(r.message, /^dry run: would release 1 of 1/);
+});
+
+Deno.test("max-release N and P%: more candidates than allowed brakes, else releases", async () => {
+  const cases: [SweepOptions["maxRelease"], number][] = [
+    [{ count: 1 }, 2],
+    [{ count: 2 }, 0],
+    [{ percent: 25 }, 2], // 25% of 4 claims = 1
+    [{ percent: 50 }, 0],
+  ];
+  for (const [maxRelease, exit] of cases) {
+    const w = world();
+    w.orphan("gone-0");
+    w.orphan("gone-1");
+    w.live("web-0");
+    w.live("web-1");
+    const r = await w.run({ maxRelease });
+    assert.equal(r.exitCode, exit, JSON.stringify(maxRelease));
+    assert.equal(w.deletes().length, exit ? 0 : 2);
+    assert.equal(
+      r.settings.maxReleaseLimit,
+      "count" in maxRelease ? maxRelease.count : exit ? 1 : 2,
+    );
+    if (exit) {
+      assert.equal(r.outcome, "brake");
+      assert.match(r.message, /^brake: 2 candidates exceed --max-release .*; nothing released$/);
+      assert.ok(r.rows.every((x) => x.action === "kept" && x.why.startsWith("brake: ")));
+    }
+  }
+});
+
+Deno.test("brakes: empty pod or node list, Kubernetes or Milo list errors", async () => {
+  const cases: [string, (w: ReturnType<typeof world>) => void, RegExp][] = [
+    ["empty pods", (w) => w.kube.faults.emptyLists = true, /pod list is empty while .* 2 claim/],
+    ["empty nodes", (w) => {
+      w.kube.store.removeNode("node-1");
+      w.kube.store.removeNode("node-2");
+    }, /node list is empty/],
+    ["kube 503", (w) => w.kube.faults.failLists = true, /Kubernetes pod list failed: .*503/],
+    ["kube 403", (w) => w.kube.faults.forbidden = true, /forbids this \(403\)/],
+    ["milo 503", (w) => w.milo.listStatus = 503, /Milo LIST .* failed: Milo unreachable/],
+    ["milo 401", (w) => w.milo.listStatus = 401, /Milo LIST .* failed: Milo rejected/],
+    ["2nd observation", (w) => w.between = () => w.kube.faults.emptyLists = true, /pod list/],
+  ];
+  for (const [what, fault, reason] of cases) {
+    const w = world();
+    w.orphan("gone-0");
+    w.live("web-0");
+    fault(w);
+    const r = await w.run();
+    assert.equal(r.exitCode, 2, what);
+    assert.equal(r.outcome, "brake", what);
+    assert.match(r.message, reason, what);
+    assert.deepEqual(w.deletes(), [], what);
+    assert.equal(w.milo.claims.size, 2, what);
+  }
+});
+
+Deno.test("a failed re-check is reported per candidate and exits 3", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  w.orphan("gone-1");
+  w.onPodGet = () => w.kube.faults.forbidden = true;
+  const r = await w.run();
+  assert.equal(r.exitCode, 3);
+  assert.equal(r.outcome, "partial");
+  assert.equal(r.totals.failed, 2);
+  assert.match(row(r, "c-gone-0").why, /forbids this \(403\)/);
+  assert.deepEqual(w.deletes(), []);
+});
