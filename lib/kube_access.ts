@@ -32,7 +32,7 @@ async function readFileField(what: string, path: string): Promise<string> {
 function checkToken(token: string, where: string): string {
   const t = token.replace(/\r?\n$/, "");
   if (!TOKEN_SHAPE.test(t)) {
-    throw new CniError("config", `${where} does not hold one bearer token`, "one line, no spaces");
+    throw new CniError("config", `${where} does not hold exactly one token`, "one line, no spaces");
   }
   return t;
 }

@@ -1,0 +1,276 @@
+/**
+ * The sweep's Kubernetes side in-process: the read-only client against the
+ * API stand-in's handler (pagination, NotFound, retries, refusals), where the
+ * credentials come from (service account, kubeconfig), and the command line.
+ */
+import assert from "node:assert/strict";
+import { CniError } from "../lib/errors.ts";
+import { KubeClient } from "../lib/kube.ts";
+import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
+import {
+  formatDuration,
+  parseDuration,
+  parseMaxRelease,
+  parseSweepArgs,
+  sweepCli,
+} from "../lib/sweep_cli.ts";
+import { KubeDevApi } from "../testing/kube_dev.ts";
+
+const noSleep = () => Promise.resolve();
+
+function client(api: KubeDevApi, o: Partial<ConstructorParameters<typeof KubeClient>[0]> = {}) {
+  return new KubeClient({
+    server: "https://kube.test",
+    token: api.token,
+    fetch: api.fetch as typeof fetch,
+    sleep: noSleep,
+    ...o,
+  });
+}
+
+async function rejectsWith(p: Promise<unknown>, kind: string, msg: RegExp): Promise<CniError> {
+  const err = await p.then(() => undefined, (e) => e);
+  assert.ok(err instanceof CniError, `expected a CniError, got ${err}`);
+  assert.equal(err.outcome, kind, err.message);
+  assert.match(err.message, msg);
+  return err;
+}
+
+Deno.test("pods and nodes are listed over every page; a mirror pod carries its static UID", async () => {
+  const api = new KubeDevApi({ maxPage: 3 });
+  for (let i = 0; i < 7; i++) api.store.addPod({ namespace: "shop", name: `web-${i}` });
+  api.store.addPod({
+    namespace: "kube-system",
+    name: "etcd-n1",
+    nodeName: "n1",
+    annotations: { "kubernetes.io/config.mirror": "static-uid" },
+  });
+  for (const n of ["n1", "n2"]) api.store.addNode(n);
+  const k = client(api, { pageLimit: 100 });
+  const pods = await k.listPods();
+  assert.equal(pods.length, 8);
+  assert.equal(api.count("/api/v1/pods"), 3, "server pages of 3: 3 requests");
+  assert.ok(api.log.every((r) => !r.search || r.search.includes("limit=100")));
+  const etcd = pods.find((p) => p.name === "etcd-n1")!;
+  assert.equal(etcd.mirrorUid, "static-uid");
+  assert.equal(etcd.nodeName, "n1");
+  assert.deepEqual(await k.listNodes(), ["n1", "n2"]);
+  assert.equal(k.requests, 4);
+});
+
+Deno.test("getPod: the pod, null on its own NotFound, a refusal for a non-DNS name", async () => {
+  const api = new KubeDevApi();
+  const stored = api.store.addPod({ namespace: "shop", name: "web-0", nodeName: "n1" });
+  const k = client(api);
+  const pod = await k.getPod("shop", "web-0");
+  assert.equal(pod?.uid, stored.metadata.uid);
+  assert.equal(pod?.phase, "Running");
+  assert.equal(await k.getPod("shop", "web-1"), null);
+  await rejectsWith(k.getPod("shop", "../nodes"), "protocol", /not DNS-1123/);
+  assert.equal(api.count(), 2, "the refused name was never sent");
+});
+
+Deno.test("a 404 that is not the pod's own NotFound is an error, not an absent pod", async () => {
+  const notFound = (name: string) =>
+    Response.json({ kind: "Status", reason: "NotFound", details: { name } }, { status: 404 });
+  const k = new KubeClient({
+    server: "https://kube.test",
+    fetch: () => Promise.resolve(notFound("other")),
+    sleep: noSleep,
+  });
+  await rejectsWith(k.getPod("shop", "web-0"), "protocol", /answered HTTP 404/);
+  const plain = new KubeClient({
+    server: "https://kube.test",
+    fetch: () => Promise.resolve(new Response("404 page not found", { status: 404 })),
+    sleep: noSleep,
+  });
+  await rejectsWith(plain.getPod("shop", "web-0"), "protocol", /answered HTTP 404/);
+});
+
+Deno.test("503 is retried a bounded number of times, then a transient error", async () => {
+  const api = new KubeDevApi();
+  api.faults.failLists = true;
+  const waits: number[] = [];
+  const k = client(api, { sleep: (ms) => (waits.push(ms), Promise.resolve()) });
+  const err = await rejectsWith(k.listPods(), "transient", /unreachable or overloaded/);
+  assert.match(err.details, /503.*gave up after 5 attempt/);
+  assert.equal(api.count(), 5);
+  assert.equal(waits.length, 4);
+  assert.ok(waits.every((w, i) => w <= 3_000 && (i === 0 || w >= waits[0] / 2)), `${waits}`);
+});
+
+Deno.test("401, 403, a redirect, a malformed list and an oversized body are refused", async () => {
+  const api = new KubeDevApi();
+  await rejectsWith(client(api, { token: "wrong" }).listNodes(), "auth", /rejected.*401/);
+  api.faults.forbidden = true;
+  await rejectsWith(client(api).listNodes(), "auth", /get and list on pods and nodes/);
+  const answer = (res: Response) =>
+    new KubeClient({ server: "https://kube.test", fetch: () => Promise.resolve(res) });
+  const moved = new Response(null, { status: 302, headers: { location: "http://evil/" } });
+  await rejectsWith(answer(moved).listNodes(), "protocol", /redirect \(302\)/);
+  const bad = Response.json({ kind: "NodeList", items: [{ metadata: {} }] });
+  await rejectsWith(answer(bad).listNodes(), "protocol", /malformed NodeList/);
+  const big = new KubeClient({
+    server: "https://kube.test",
+    maxBodyBytes: 100,
+    fetch: () => Promise.resolve(Response.json({ items: [], pad: "x".repeat(200) })),
+  });
+  await rejectsWith(big.listNodes(), "protocol", /exceeds 100 bytes/);
+});
+
+Deno.test("a list that never ends is cut at maxPages", async () => {
+  const api = new KubeDevApi({ maxPage: 1 });
+  for (let i = 0; i < 5; i++) api.store.addNode(`n${i}`);
+  await rejectsWith(client(api, { maxPages: 3 }).listNodes(), "protocol", /within 3 pages/);
+});
+
+Deno.test("the API server must be https, or http on loopback", () => {
+  assert.throws(() => new KubeClient({ server: "http://10.0.0.1:6443" }), /is not https/);
+  new KubeClient({ server: "http://127.0.0.1:8080" });
+  new KubeClient({ server: "https://10.0.0.1:6443" });
+});
+
+const KUBECONFIG = `
+apiVersion: v1
+kind: Config
+current-context: prod
+clusters:
+  - name: staging
+    cluster: { server: "https://staging:6443" }
+  - name: prod
+    cluster:
+      server: https://prod:6443
+      certificate-authority: certs/ca.crt
+users:
+  - name: sweeper
+    user:
+      tokenFile: /var/run/token
+contexts:
+  - name: staging
+    context: { cluster: staging, user: sweeper }
+  - name: prod
+    context: { cluster: prod, user: sweeper }
+`;
+
+Deno.test("kubeconfig: the current context, relative paths, refused options", () => {
+  const refs = parseKubeconfig(KUBECONFIG, "/etc/sweep");
+  assert.equal(refs.server, "https://prod:6443");
+  assert.equal(refs.ca.file, "/etc/sweep/certs/ca.crt");
+  assert.equal(refs.token.file, "/var/run/token");
+  const fail = (text: string, msg: RegExp) =>
+    assert.throws(
+      () => parseKubeconfig(text, "/"),
+      (e) => e instanceof CniError && msg.test(e.message),
+    );
+  fail(KUBECONFIG.replace("current-context: prod", "current-context: dev"), /"dev" not found/);
+  fail(
+    KUBECONFIG.replace(
+      "server: https://prod:6443",
+      "server: https://prod:6443\n      insecure-skip-tls-verify: true",
+    ),
+    /insecure-skip-tls-verify is refused/,
+  );
+  fail(
+    KUBECONFIG.replace("tokenFile: /var/run/token", "exec: { command: aws }"),
+    /user.exec is not/,
+  );
+  fail("[not yaml", /not a valid kubeconfig/);
+});
+
+Deno.test("kubeconfig credentials: base64 data, a token file, a cert without key refused", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${dir}/token`, "abc.def\n");
+    const cfg = (user: string) =>
+      JSON.stringify({
+        "current-context": "x",
+        clusters: [{
+          name: "c",
+          cluster: { server: "https://k:6443", "certificate-authority-data": btoa("CA-PEM") },
+        }],
+        users: [{ name: "u", user: JSON.parse(user) }],
+        contexts: [{ name: "x", context: { cluster: "c", user: "u" } }],
+      });
+    await Deno.writeTextFile(`${dir}/a`, cfg(`{"tokenFile":"token"}`));
+    const a = await kubeconfigAccess(`${dir}/a`);
+    assert.deepEqual([a.server, a.ca, a.token, a.source], [
+      "https://k:6443",
+      "CA-PEM",
+      "abc.def",
+      `${dir}/a`,
+    ]);
+    await Deno.writeTextFile(`${dir}/b`, cfg(`{"client-certificate-data":"${btoa("C")}"}`));
+    await rejectsWith(kubeconfigAccess(`${dir}/b`), "config", /certificate without key/);
+    await Deno.writeTextFile(`${dir}/token`, "s3cr3t-new\ns3cr3t-old\n");
+    const err = await rejectsWith(
+      kubeconfigAccess(`${dir}/a`),
+      "config",
+      /does not hold exactly one token/,
+    );
+    assert.ok(!`${err.message} ${err.details}`.includes("s3cr3t"), "the token is never quoted");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("in-cluster access: the service account's files and the service env", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.writeTextFile(`${dir}/token`, "sa-token");
+    await Deno.writeTextFile(`${dir}/ca.crt`, "SA-CA");
+    const env = (v: Record<string, string>) => (n: string) => v[n];
+    const a = await inClusterAccess(
+      env({ KUBERNETES_SERVICE_HOST: "fd00::1", KUBERNETES_SERVICE_PORT: "443" }),
+      dir,
+    );
+    assert.deepEqual([a.server, a.token, a.ca], ["https://[fd00::1]:443", "sa-token", "SA-CA"]);
+    await rejectsWith(inClusterAccess(env({}), dir), "config", /not running in a Kubernetes pod/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("durations, --max-release and the arguments", () => {
+  assert.equal(parseDuration("10m"), 600_000);
+  assert.equal(parseDuration("1h30m"), 5_400_000);
+  assert.equal(parseDuration("500ms"), 500);
+  assert.equal(parseDuration("2.5"), 2_500);
+  assert.equal(parseDuration("10 m"), undefined);
+  assert.equal(parseDuration("-1s"), undefined);
+  assert.equal(formatDuration(5_400_000), "1h30m");
+  assert.equal(formatDuration(30_000), "30s");
+  assert.equal(formatDuration(1_500), "1500ms");
+  assert.deepEqual(parseMaxRelease("12"), { count: 12 });
+  assert.deepEqual(parseMaxRelease("2.5%"), { percent: 2.5 });
+  assert.equal(parseMaxRelease("101%"), undefined);
+  const a = parseSweepArgs([]);
+  assert.deepEqual([a.apply, a.graceMs, a.intervalMs, a.maxRelease, a.output], [
+    false,
+    600_000,
+    30_000,
+    { percent: 25 },
+    "text",
+  ]);
+  for (const bad of [["--grace", "forever"], ["--interval", "2h"], ["--output", "yaml"], ["--x"]]) {
+    assert.throws(
+      () => parseSweepArgs(bad),
+      (e) => e instanceof CniError && e.outcome === "config",
+    );
+  }
+});
+
+Deno.test("sweepCli: a failure before any observation is one JSON report, exit 1", async () => {
+  let out = "";
+  const code = await sweepCli(["--output", "json", "--config", "/nonexistent/node.json"], {
+    env: () => undefined,
+    write: (t) => void (out += t),
+  });
+  assert.equal(code, 1);
+  const r = JSON.parse(out);
+  assert.equal(r.kind, "SweepReport");
+  assert.equal(r.outcome, "error");
+  assert.match(r.error.message, /cannot read .*\/nonexistent\/node\.json/);
+  let text = "";
+  assert.equal(await sweepCli(["--grace", "x"], { write: (t) => void (text += t) }), 1);
+  assert.match(text, /usage: milo-ipam sweep/);
+});
