@@ -113,7 +113,7 @@ async function rollBack(
   } catch (err) {
     const e = toCniError(err);
     try {
-      await inv.journal.record(inv.attachment, [{ name: h.name, uid: h.uid }], cause);
+      await inv.journal.record(inv.attachment, [{ name: h.name, uid: h.uid }], cause, inv.now());
       return `rollback of ${what} failed (${e.message}); journaled for release by reconcile`;
     } catch (jerr) {
       return `rollback of ${what} failed (${e.message}) and could not be journaled (${

@@ -1,0 +1,560 @@
+/**
+ * An in-memory Milo for in-process handler tests: a stubbed `fetch` that
+ * answers POST/GET/DELETE/LIST of IPClaims and LIST of IPClasses in the wire
+ * shapes of Milo's API (bodies built from the shared fixtures), records every
+ * request, and lets a test replace or observe any single request. Also builds
+ * the {@link Invocation} a verb handler takes, over a real {@link MiloClient}.
+ */
+import assert from "node:assert/strict";
+import { attachmentOf, claimBody } from "../lib/claims.ts";
+import { readCniEnv, type Verb } from "../lib/cni.ts";
+import { parseNetConf, parseNodeConfig } from "../lib/config.ts";
+import { CniError } from "../lib/errors.ts";
+import type { Invocation } from "../lib/invocation.ts";
+import type { Family } from "../lib/ip.ts";
+import { Journal } from "../lib/journal.ts";
+import { API_PATH, MiloClient } from "../lib/milo.ts";
+
+const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
+
+/** A JSON object. */
+export type Json = Record<string, unknown>;
+
+/** A fixture body from `tests/fixtures/milo/` (a fresh copy each call). */
+export function fixture<T = Json>(name: string): T {
+  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
+}
+
+/** An IPClaim as the stub stores and answers it. */
+export interface WireClaim {
+  apiVersion: string;
+  kind: string;
+  metadata: {
+    name: string;
+    namespace: string;
+    uid?: string;
+    resourceVersion?: string;
+    creationTimestamp?: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+  };
+  spec: {
+    className?: string;
+    ipFamily?: string;
+    scope?: unknown;
+    reclaimPolicy?: string;
+    ownerRef?: unknown;
+  };
+  status: {
+    phase?: string;
+    allocatedCIDR?: string;
+    address?: string;
+    poolRef?: { name: string };
+    boundAllocationRef?: { name: string };
+  };
+}
+
+/** One request the stub received. */
+export interface StubRequest {
+  method: string;
+  /** The path below the base URL, e.g. `/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims`. */
+  path: string;
+  /** Query parameters. */
+  query: Record<string, string>;
+  headers: Headers;
+  /** The JSON body, or undefined when there was none. */
+  body: unknown;
+}
+
+/**
+ * One injected answer: when a request matches `method` and `path` (a string
+ * matches a path ending with it), `answer` runs; a Response it returns is the
+ * answer, undefined lets the stub answer normally, and a throw fails the fetch.
+ * It applies to `times` matching requests (default 1), the first fault first.
+ */
+export interface Fault {
+  method?: string;
+  path?: string | RegExp;
+  times?: number;
+  answer: (
+    req: StubRequest,
+    stub: StubMilo,
+  ) => Response | undefined | Promise<Response | undefined>;
+}
+
+/** What a class hands out. */
+export interface StubClass {
+  family: "IPv4" | "IPv6";
+  pool: string;
+}
+
+/** The base URL a stub client uses: Milo's project front door. */
+export const STUB_BASE =
+  "https://milo.test/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane";
+/** The bearer token the stub accepts. */
+export const STUB_TOKEN = "stub-token-8c1d2e";
+
+/** A JSON response. */
+export function reply(status: number, body: unknown, headers: Record<string, string> = {}) {
+  return new Response(body === undefined ? null : JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json", ...headers },
+  });
+}
+
+const STATUS_FIXTURES: Record<number, string> = {
+  400: "status-400-bad-request.json",
+  401: "status-401-unauthorized.json",
+  403: "status-403-forbidden.json",
+  404: "status-404-not-found.json",
+  409: "status-409-already-exists.json",
+  422: "status-422-invalid.json",
+  503: "status-503-unavailable.json",
+  507: "status-507-exhausted.json",
+};
+
+/**
+ * A Status object from the fixture of `code` (a bare one for codes without a
+ * fixture); `name` replaces the object named in message and details.
+ */
+export function statusBody(
+  code: number,
+  o: { name?: string; reason?: string; message?: string } = {},
+): Json {
+  const file = STATUS_FIXTURES[code];
+  const base: Json = file ? fixture(file) : {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message: `HTTP ${code}`,
+    reason: "InternalError",
+    details: {},
+    code,
+  };
+  const details = { ...(base.details as Json) };
+  let message = base.message as string;
+  if (o.name !== undefined) {
+    const was = details.name as string | undefined;
+    if (was) message = message.replaceAll(was, o.name);
+    details.name = o.name;
+  }
+  return {
+    ...base,
+    message: o.message ?? message,
+    ...(o.reason ? { reason: o.reason } : {}),
+    details,
+  };
+}
+
+/** A Status answer of `code` (see {@link statusBody}). */
+export function statusReply(
+  code: number,
+  o: { name?: string; reason?: string; message?: string; headers?: Record<string, string> } = {},
+): Response {
+  return reply(code, statusBody(code, o), o.headers);
+}
+
+/** A fetch failure as Deno reports a refused connection. */
+export function refused(): never {
+  throw new TypeError(
+    "error sending request for url (https://milo.test/): client error (Connect): " +
+      "tcp connect error: Connection refused (os error 111)",
+  );
+}
+
+const CLAIMS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipclaims(?:/([^/]+))?$`);
+
+/** Matches one label-selector term (`k=v`, `k==v`, `k!=v`, `k`) against labels. */
+function matchesSelector(selector: string, labels: Record<string, string>): boolean {
+  return selector.split(",").filter(Boolean).every((term) => {
+    const ne = term.indexOf("!=");
+    if (ne > 0) return labels[term.slice(0, ne)] !== term.slice(ne + 2);
+    const eq = term.indexOf("=");
+    if (eq < 0) return term in labels;
+    const value = term.slice(eq + 1).replace(/^=/, "");
+    return labels[term.slice(0, eq)] === value;
+  });
+}
+
+/** The in-memory Milo. */
+export class StubMilo {
+  /** Every request received, in order. */
+  readonly requests: StubRequest[] = [];
+  /** Every backoff the clients of this stub slept (ms); nothing really waits. */
+  readonly sleeps: number[] = [];
+  /** IPClasses by name. */
+  classes: Record<string, StubClass> = {
+    "vpc-pods-ipv4": { family: "IPv4", pool: "vpc-7b3e-pods-v4" },
+    "vpc-pods-ipv6": { family: "IPv6", pool: "vpc-7b3e-pods-v6" },
+  };
+  /** The clock of creation timestamps (ms since epoch). */
+  now: () => number = Date.now;
+  /** The lease of the `n`-th claim (from 0) of a family; the default follows the fixtures. */
+  allocate: (family: "IPv4" | "IPv6", n: number) => { allocatedCIDR: string; address?: string } = (
+    family,
+    n,
+  ) =>
+    family === "IPv4"
+      ? { allocatedCIDR: `10.40.0.${7 + n}/32`, address: `10.40.0.${7 + n}` }
+      : { allocatedCIDR: `fd20:0:0:1:0:${(3 + n).toString(16)}::/96` };
+
+  readonly #claims = new Map<string, WireClaim>();
+  readonly #faults: (Fault & { left: number })[] = [];
+  readonly #counts = { IPv4: 0, IPv6: 0 };
+  #version = 48213;
+
+  /** The stubbed fetch. */
+  readonly fetch = (async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    const text = typeof init?.body === "string" ? init.body : "";
+    const req: StubRequest = {
+      method: init?.method ?? "GET",
+      path: url.pathname.startsWith(new URL(STUB_BASE).pathname)
+        ? url.pathname.slice(new URL(STUB_BASE).pathname.length)
+        : url.pathname,
+      query: Object.fromEntries(url.searchParams),
+      headers: new Headers(init?.headers),
+      body: text ? JSON.parse(text) : undefined,
+    };
+    this.requests.push(req);
+    for (const f of this.#faults) {
+      if (f.left <= 0 || !this.#matches(f, req)) continue;
+      f.left--;
+      const r = await f.answer(req, this);
+      if (r) return r;
+    }
+    return this.#serve(req);
+  }) as typeof fetch;
+
+  /** Adds a fault (see {@link Fault}). */
+  inject(fault: Fault): void {
+    this.#faults.push({ ...fault, left: fault.times ?? 1 });
+  }
+
+  /** Removes every fault. */
+  clearFaults(): void {
+    this.#faults.length = 0;
+  }
+
+  /** The stored claim `name`, if any. */
+  get(name: string, namespace = "default"): WireClaim | undefined {
+    return this.#claims.get(`${namespace}/${name}`);
+  }
+
+  /** Every stored claim. */
+  all(): WireClaim[] {
+    return [...this.#claims.values()];
+  }
+
+  /** Stores a claim as it is (replacing one of the same name). */
+  put(claim: WireClaim): WireClaim {
+    this.#claims.set(`${claim.metadata.namespace}/${claim.metadata.name}`, claim);
+    return claim;
+  }
+
+  /** Removes a claim behind the plugin's back. */
+  remove(name: string, namespace = "default"): void {
+    this.#claims.delete(`${namespace}/${name}`);
+  }
+
+  /**
+   * Stores the claim a create body makes (as a 201 would answer it), with
+   * `over` merged into metadata, spec and status.
+   */
+  materialize(
+    create: Json,
+    over: {
+      metadata?: Partial<WireClaim["metadata"]>;
+      spec?: Partial<WireClaim["spec"]>;
+      status?: Partial<WireClaim["status"]>;
+    } = {},
+  ): WireClaim {
+    const meta = create.metadata as WireClaim["metadata"];
+    const spec = create.spec as WireClaim["spec"];
+    const cls = this.classes[spec.className ?? ""];
+    const family = cls?.family ?? (spec.ipFamily === "IPv6" ? "IPv6" : "IPv4");
+    const base = fixture<WireClaim>(
+      family === "IPv4" ? "ipclaim-bound-ipv4.json" : "ipclaim-bound-ipv6-block.json",
+    );
+    const lease = this.allocate(family, this.#counts[family]++);
+    const claim: WireClaim = {
+      apiVersion: base.apiVersion,
+      kind: base.kind,
+      metadata: {
+        name: meta.name,
+        namespace: meta.namespace ?? "default",
+        uid: crypto.randomUUID(),
+        resourceVersion: String(++this.#version),
+        creationTimestamp: new Date(this.now()).toISOString().replace(/\.\d{3}Z$/, "Z"),
+        ...(meta.labels ? { labels: meta.labels } : {}),
+        ...(meta.annotations ? { annotations: meta.annotations } : {}),
+        ...over.metadata,
+      },
+      spec: { ...spec, ipFamily: family, ownerRef: base.spec.ownerRef, ...over.spec },
+      status: {
+        phase: "Bound",
+        ...lease,
+        poolRef: { name: cls?.pool ?? base.status.poolRef!.name },
+        boundAllocationRef: { name: `alloc-${crypto.randomUUID().slice(0, 16)}` },
+        ...over.status,
+      },
+    };
+    return this.put(claim);
+  }
+
+  /** A client of this stub: the real {@link MiloClient} over the stubbed fetch and sleep. */
+  client(o: { requestMs?: number; deadline?: number; token?: string } = {}): MiloClient {
+    return new MiloClient({
+      baseUrl: STUB_BASE,
+      namespace: "default",
+      token: o.token ?? STUB_TOKEN,
+      requestMs: o.requestMs ?? 1_000,
+      deadline: o.deadline ?? Date.now() + 60_000,
+      fetch: this.fetch,
+      sleep: (ms) => {
+        this.sleeps.push(ms);
+        return Promise.resolve();
+      },
+      random: () => 0.5,
+    });
+  }
+
+  /** The recorded requests of `method` whose path ends with `path` (when given). */
+  seen(method: string, path?: string): StubRequest[] {
+    return this.requests.filter((r) =>
+      r.method === method && (path === undefined || r.path.endsWith(path))
+    );
+  }
+
+  #matches(f: Fault, req: StubRequest): boolean {
+    if (f.method && f.method !== req.method) return false;
+    if (f.path === undefined) return true;
+    return typeof f.path === "string" ? req.path.endsWith(f.path) : f.path.test(req.path);
+  }
+
+  #serve(req: StubRequest): Response {
+    if (req.headers.get("authorization") !== `Bearer ${STUB_TOKEN}`) return statusReply(401);
+    if (req.path === `${API_PATH}/ipclasses` && req.method === "GET") {
+      return reply(200, {
+        apiVersion: "ipam.miloapis.com/v1alpha1",
+        kind: "IPClassList",
+        metadata: { resourceVersion: String(this.#version) },
+        items: Object.entries(this.classes).map(([name, c]) => ({
+          apiVersion: "ipam.miloapis.com/v1alpha1",
+          kind: "IPClass",
+          metadata: { name },
+          spec: { ipFamily: c.family },
+        })),
+      });
+    }
+    const m = CLAIMS.exec(req.path);
+    if (!m) {
+      return reply(404, {
+        kind: "Status",
+        apiVersion: "v1",
+        metadata: {},
+        status: "Failure",
+        message: "the server could not find the requested resource",
+        reason: "NotFound",
+        details: {},
+        code: 404,
+      });
+    }
+    const [, ns, name] = m;
+    if (!name && req.method === "POST") return this.#create(ns, req.body as Json);
+    if (!name && req.method === "GET") return this.#list(ns, req.query);
+    if (name && req.method === "GET") {
+      const c = this.get(name, ns);
+      return c ? reply(200, c) : statusReply(404, { name });
+    }
+    if (name && req.method === "DELETE") return this.#delete(ns, name, req.body as Json);
+    return statusReply(405, {
+      message: `method ${req.method} not allowed`,
+      reason: "MethodNotAllowed",
+    });
+  }
+
+  #create(ns: string, body: Json): Response {
+    const meta = body?.metadata as WireClaim["metadata"] | undefined;
+    const spec = body?.spec as WireClaim["spec"] | undefined;
+    if (!meta?.name || !spec) return statusReply(422, { name: String(meta?.name ?? "") });
+    if (this.get(meta.name, ns)) return statusReply(409, { name: meta.name });
+    const cls = this.classes[spec.className ?? ""];
+    if (!cls) {
+      return statusReply(400, { message: `IPClass "${spec.className}" not found` });
+    }
+    if (spec.ipFamily && spec.ipFamily !== cls.family) {
+      return statusReply(400, {
+        message:
+          `spec.ipFamily ${spec.ipFamily} does not match IPClass "${spec.className}" (${cls.family})`,
+      });
+    }
+    return reply(201, this.materialize({ ...body, metadata: { ...meta, namespace: ns } }));
+  }
+
+  #list(ns: string, query: Record<string, string>): Response {
+    const items = this.all().filter((c) =>
+      c.metadata.namespace === ns &&
+      matchesSelector(query.labelSelector ?? "", c.metadata.labels ?? {})
+    );
+    const from = Number(query.continue ?? 0);
+    const limit = Number(query.limit ?? 0) || items.length;
+    const page = items.slice(from, from + limit);
+    const next = from + limit < items.length ? String(from + limit) : undefined;
+    const base = fixture<Json>("ipclaim-list.json");
+    return reply(200, {
+      ...base,
+      metadata: { resourceVersion: String(this.#version), ...(next ? { continue: next } : {}) },
+      items: page,
+    });
+  }
+
+  #delete(ns: string, name: string, options: Json | undefined): Response {
+    const c = this.get(name, ns);
+    if (!c) return statusReply(404, { name });
+    const uid = (options?.preconditions as { uid?: string } | undefined)?.uid;
+    if (uid !== undefined && uid !== c.metadata.uid) {
+      return statusReply(409, {
+        name,
+        reason: "Conflict",
+        message: `Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "${name}": ` +
+          `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${c.metadata.uid}`,
+      });
+    }
+    this.remove(name, ns);
+    return reply(200, {
+      ...c,
+      metadata: { ...c.metadata, resourceVersion: String(++this.#version) },
+      status: { ...c.status, phase: "Releasing" },
+    });
+  }
+}
+
+/** A default network config: dual-stack, as the README's Galactic example. */
+export const NET_CONF: Json = {
+  cniVersion: "1.1.0",
+  name: "vpc-7b3e",
+  type: "galactic-veth",
+  vpc: "vpc-7b3e",
+  vpcattachment: "vpc-7b3e-attach-1",
+  ipam: {
+    type: "milo-ipam",
+    classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+    scope: {
+      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+    },
+    gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
+  },
+};
+
+/** The container ID of the fixtures' claims. */
+export const CONTAINER_ID = "9f0c1e6a4b2d48e7a1c3b5d7e9f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9";
+
+/** How to build one invocation. */
+export interface InvocationOptions {
+  command: Exclude<Verb, "VERSION">;
+  /** The node's state directory (a temp dir of the test). */
+  stateDir: string;
+  resultsDir?: string;
+  containerId?: string;
+  ifname?: string;
+  /** Fields replacing those of the `ipam` block of {@link NET_CONF}. */
+  ipam?: Json;
+  /** Top-level fields of the network config (prevResult, valid attachments, cniVersion). */
+  top?: Json;
+  /** Node config keys replacing the defaults. */
+  node?: Json;
+  now?: () => number;
+  /** The deadline of the main client (ms since epoch). */
+  deadline?: number;
+}
+
+/**
+ * An invocation as `lib/invoke.ts` builds it, from a node config, a CNI
+ * environment and a network config parsed by the real parsers, over clients
+ * of `stub`.
+ */
+export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
+  const node = parseNodeConfig(
+    {
+      milo: { url: STUB_BASE, tokenFile: "/stub/token" },
+      cluster: "cluster-a",
+      node: "node-1",
+      log: { level: "off" },
+      stateDir: o.stateDir,
+      resultsDir: o.resultsDir ?? `${o.stateDir}/results`,
+      ...o.node,
+    },
+    "/stub/node.json",
+  );
+  const vars: Record<string, string> = {
+    CNI_COMMAND: o.command,
+    CNI_CONTAINERID: o.containerId ?? CONTAINER_ID,
+    CNI_IFNAME: o.ifname ?? "eth0",
+    CNI_NETNS: "/var/run/netns/test",
+    CNI_ARGS: "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=uid-web-0",
+  };
+  if (o.command === "GC" || o.command === "STATUS") {
+    delete vars.CNI_CONTAINERID;
+    delete vars.CNI_IFNAME;
+  }
+  const env = readCniEnv((n) => vars[n]);
+  const stdin = {
+    ...NET_CONF,
+    ...o.top,
+    ipam: { ...(NET_CONF.ipam as Json), ...o.ipam },
+  };
+  const conf = parseNetConf(JSON.stringify(stdin), node, o.command);
+  const deadline = o.deadline ?? Date.now() + 60_000;
+  const milo = stub.client({ deadline, requestMs: conf.network.timeouts.requestMs });
+  return {
+    env,
+    conf,
+    node,
+    attachment: attachmentOf(node, conf, env),
+    milo,
+    rollback: milo.withDeadline(deadline + 2_000),
+    journal: new Journal(node.stateDir),
+    now: o.now ?? Date.now,
+  };
+}
+
+/** Stores in `stub` the claim a previous ADD of `inv` made for `family` (see {@link StubMilo.materialize}). */
+export async function existingClaim(
+  stub: StubMilo,
+  inv: Invocation,
+  family: Family,
+  over: Parameters<StubMilo["materialize"]>[1] = {},
+): Promise<WireClaim> {
+  const body = await claimBody(inv.node.milo.namespace, inv.conf.network, inv.attachment, family);
+  return stub.materialize(body, over);
+}
+
+/** Awaits `p`, asserts it fails with a CniError of `code` whose message and details match. */
+export async function rejectsWith(
+  p: Promise<unknown>,
+  code: number,
+  pattern?: RegExp,
+): Promise<CniError> {
+  let err: unknown;
+  try {
+    await p;
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err instanceof CniError, `expected a CniError, got ${err ?? "success"}`);
+  assert.equal(err.code, code, `code of: ${err.message} (${err.details})`);
+  if (pattern) assert.match(`${err.message} ${err.details}`, pattern);
+  return err;
+}
+
+/** Runs `fn` with a fresh temp dir, removed afterwards. */
+export async function withTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await Deno.makeTempDir({ prefix: "milo-ipam-stub-" });
+  try {
+    return await fn(dir);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}

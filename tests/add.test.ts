@@ -1,0 +1,394 @@
+/** ADD in-process: the handler over a real MiloClient answering from the in-memory stub. */
+import assert from "node:assert/strict";
+import { add } from "../lib/add.ts";
+import { claimName, KEYS, labelValue } from "../lib/claims.ts";
+import { API_PATH } from "../lib/milo.ts";
+import {
+  CONTAINER_ID,
+  existingClaim,
+  fixture,
+  invocation,
+  type InvocationOptions,
+  type Json,
+  refused,
+  rejectsWith,
+  reply,
+  statusReply,
+  STUB_TOKEN,
+  StubMilo,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
+const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
+const V6 = { classes: { ipv6: "vpc-pods-ipv6" } };
+const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
+const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
+const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
+const FOREVER = Number.POSITIVE_INFINITY;
+
+/** Runs `fn` with a fresh stub and a builder of ADD invocations over a temp state dir. */
+function withStub(
+  fn: (
+    stub: StubMilo,
+    inv: (o?: Partial<InvocationOptions>) => ReturnType<typeof invocation>,
+    dir: string,
+  ) => Promise<void>,
+): Promise<void> {
+  return withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    await fn(stub, (o = {}) => invocation(stub, { command: "ADD", stateDir: dir, ...o }), dir);
+  });
+}
+
+const methods = (stub: StubMilo) => stub.requests.map((r) => `${r.method} ${r.path}`);
+
+Deno.test("ADD IPv4: one POST in Milo's create shape, the 201 lease as a /32 result", async () => {
+  await withStub(async (stub, inv) => {
+    const r = await add(inv({ ipam: V4 }));
+    assert.deepEqual(r.output, {
+      cniVersion: "1.1.0",
+      ips: [{ address: "10.40.0.7/32", gateway: "169.254.1.1" }],
+      routes: [{ dst: "0.0.0.0/0" }],
+      dns: {},
+    });
+    assert.deepEqual(r.claims, [NAME_V4]);
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`]);
+    const [post] = stub.requests;
+    assert.equal(post.headers.get("authorization"), `Bearer ${STUB_TOKEN}`);
+    assert.equal(post.headers.get("content-type"), "application/json");
+    const body = post.body as Json & { metadata: Json; spec: Json };
+    const shape = fixture<Json & { metadata: Json; spec: Json }>("ipclaim-create-request.json");
+    assert.deepEqual(Object.keys(body).sort(), Object.keys(shape).sort());
+    assert.deepEqual(Object.keys(body.metadata).sort(), Object.keys(shape.metadata).sort());
+    assert.deepEqual(Object.keys(body.spec).sort(), Object.keys(shape.spec).sort());
+    assert.deepEqual(body.spec, {
+      className: "vpc-pods-ipv4",
+      ipFamily: "IPv4",
+      scope: {
+        network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+      },
+      reclaimPolicy: "Delete",
+    });
+    assert.equal(body.metadata.name, NAME_V4);
+    assert.equal(body.metadata.namespace, "default");
+    assert.deepEqual(body.metadata.labels, {
+      [KEYS.cluster]: "cluster-a",
+      [KEYS.node]: "node-1",
+      [KEYS.network]: "vpc-7b3e",
+      [KEYS.family]: "ipv4",
+      [KEYS.podNamespace]: "shop",
+      [KEYS.podName]: "web-0",
+      [KEYS.podUid]: "uid-web-0",
+      [KEYS.containerId]: await labelValue(CONTAINER_ID),
+      [KEYS.ifname]: "eth0",
+      [KEYS.vpc]: "vpc-7b3e",
+      [KEYS.vpcattachment]: "vpc-7b3e-attach-1",
+    });
+    assert.match(
+      (body.metadata.labels as Json)[KEYS.containerId] as string,
+      /^sha256-[0-9a-f]{48}$/,
+    );
+    assert.deepEqual(body.metadata.annotations, {
+      [KEYS.cluster]: "cluster-a",
+      [KEYS.node]: "node-1",
+      [KEYS.network]: "vpc-7b3e",
+      [KEYS.podUid]: "uid-web-0",
+      [KEYS.pod]: "shop/web-0",
+      [KEYS.containerId]: CONTAINER_ID,
+      [KEYS.ifname]: "eth0",
+      [KEYS.vpc]: "vpc-7b3e",
+      [KEYS.vpcattachment]: "vpc-7b3e-attach-1",
+    });
+    assert.equal(stub.get(NAME_V4)?.status.phase, "Bound");
+  });
+});
+
+Deno.test("ADD IPv6: a /96 block keeps its length; a /128 class gives its address", async () => {
+  await withStub(async (stub, inv) => {
+    const r = await add(inv({ ipam: V6 }));
+    assert.deepEqual(r.output?.ips, [{ address: "fd20::1:0:3:0:0/96", gateway: "fe80::1" }]);
+    assert.deepEqual(r.output?.routes, [{ dst: "::/0" }]);
+    assert.equal((stub.requests[0].body as { spec: Json }).spec.ipFamily, "IPv6");
+    assert.deepEqual(r.claims, [NAME_V6]);
+  });
+  await withStub(async (stub, inv) => {
+    stub.allocate = () => ({ allocatedCIDR: "fd20::1:0:0:9/128", address: "fd20::1:0:0:9" });
+    const r = await add(inv({ ipam: V6 }));
+    assert.deepEqual(r.output?.ips, [{ address: "fd20::1:0:0:9/128", gateway: "fe80::1" }]);
+  });
+});
+
+Deno.test("ADD dual-stack: two claims, one POST per family, IPv4 first; legacy versions", async () => {
+  await withStub(async (stub, inv) => {
+    const r = await add(inv({ top: { cniVersion: "0.3.1" } }));
+    assert.deepEqual(r.output, {
+      cniVersion: "0.3.1",
+      ips: [
+        { version: "4", address: "10.40.0.7/32", gateway: "169.254.1.1" },
+        { version: "6", address: "fd20::1:0:3:0:0/96", gateway: "fe80::1" },
+      ],
+      routes: [{ dst: "0.0.0.0/0" }, { dst: "::/0" }],
+      dns: {},
+    });
+    assert.deepEqual(r.claims, [NAME_V4, NAME_V6]);
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `POST ${CLAIMS_PATH}`]);
+    const families = stub.requests.map((q) => (q.body as { spec: Json }).spec.ipFamily).sort();
+    assert.deepEqual(families, ["IPv4", "IPv6"]);
+    assert.deepEqual(stub.all().map((c) => c.metadata.name).sort(), [NAME_V4, NAME_V6].sort());
+  });
+});
+
+Deno.test("ADD retried: 409 AlreadyExists, then GET of its own claim returns the same lease", async () => {
+  await withStub(async (stub, inv) => {
+    const first = await add(inv());
+    stub.requests.length = 0;
+    const again = await add(inv());
+    assert.deepEqual(again, first);
+    assert.deepEqual(methods(stub).sort(), [
+      `GET ${CLAIMS_PATH}/${NAME_V4}`,
+      `GET ${CLAIMS_PATH}/${NAME_V6}`,
+      `POST ${CLAIMS_PATH}`,
+      `POST ${CLAIMS_PATH}`,
+    ]);
+    assert.equal(stub.all().length, 2);
+  });
+});
+
+Deno.test("ADD never adopts a claim of another holder (409, GET: 103), nor deletes it", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv({ ipam: V4 });
+    const foreign = await existingClaim(stub, i, "ipv4", {
+      metadata: {
+        annotations: {
+          [KEYS.cluster]: "cluster-a",
+          [KEYS.containerId]: "other",
+          [KEYS.ifname]: "eth0",
+        },
+      },
+    });
+    await rejectsWith(add(i), 103, /held by another attachment.*container=other ifname=eth0/);
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `GET ${CLAIMS_PATH}/${NAME_V4}`]);
+    assert.equal(stub.get(NAME_V4)?.metadata.uid, foreign.metadata.uid);
+  });
+});
+
+Deno.test("ADD refuses its own claim of another class (103)", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv({ ipam: V4 });
+    await existingClaim(stub, i, "ipv4", { spec: { className: "vpc-pods-ipv4-old" } });
+    await rejectsWith(add(i), 103, /has class vpc-pods-ipv4-old, config says vpc-pods-ipv4/);
+    assert.equal(stub.seen("DELETE").length, 0);
+    assert.ok(stub.get(NAME_V4));
+  });
+});
+
+Deno.test("ADD of a claim not Bound: Pending or Releasing is 11, another phase 102", async () => {
+  for (const [phase, code] of [["Pending", 11], ["Releasing", 11], ["Failed", 102]] as const) {
+    await withStub(async (stub, inv) => {
+      const i = inv({ ipam: V4 });
+      await existingClaim(stub, i, "ipv4", { status: { phase } });
+      await rejectsWith(add(i), code, new RegExp(`${NAME_V4} is ${phase}, not Bound`));
+      assert.equal(stub.seen("DELETE").length, 0);
+    });
+  }
+  await withStub(async (stub, inv) => {
+    stub.inject({
+      method: "POST",
+      answer: (req, s) =>
+        reply(201, s.materialize(req.body as Json, { status: { phase: "Pending" } })),
+    });
+    await rejectsWith(add(inv({ ipam: V4 })), 11, /is Pending, not Bound/);
+  });
+});
+
+Deno.test("ADD half failure: the other family's claim is released by uid; the error says so", async () => {
+  await withStub(async (stub, inv) => {
+    const e = await rejectsWith(
+      add(inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4", ipv6: "no-such" } } })),
+      102,
+      /IPClass "no-such" not found/,
+    );
+    assert.match(e.details, new RegExp(`rollback: IPv4 claim ${NAME_V4} released`));
+    const created = stub.requests.find((r) =>
+      r.method === "POST" && (r.body as { spec: Json }).spec.ipFamily === "IPv4"
+    );
+    assert.ok(created);
+    const del = stub.seen("DELETE");
+    assert.equal(del.length, 1);
+    assert.equal(del[0].path, `${CLAIMS_PATH}/${NAME_V4}`);
+    const get = stub.seen("GET", `/ipclaims/${NAME_V4}`);
+    assert.equal(get.length, 1, "the uid is compared by a fresh GET first");
+    assert.ok(stub.requests.indexOf(get[0]) < stub.requests.indexOf(del[0]));
+    const uid = (del[0].body as { preconditions: { uid: string } }).preconditions.uid;
+    assert.deepEqual(del[0].body, {
+      kind: "DeleteOptions",
+      apiVersion: "v1",
+      preconditions: { uid },
+    });
+    assert.match(uid, /^[0-9a-f-]{36}$/);
+    assert.equal(stub.all().length, 0);
+  });
+});
+
+Deno.test("ADD half failure, rollback fails: journaled with the uid, and the error says so", async () => {
+  await withStub(async (stub, inv, dir) => {
+    const now = Date.parse("2026-12-01T10:20:00Z");
+    stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    const i = inv({
+      ipam: { classes: { ipv4: "vpc-pods-ipv4", ipv6: "no-such" } },
+      now: () => now,
+    });
+    const e = await rejectsWith(add(i), 102);
+    assert.match(
+      e.details,
+      new RegExp(`rollback of IPv4 claim ${NAME_V4} failed \\(Milo unreachable.*\\); journaled`),
+    );
+    const uid = stub.get(NAME_V4)?.metadata.uid;
+    assert.ok(uid, "the claim is still in Milo");
+    const [entry] = await i.journal.list();
+    assert.ok(entry.path.startsWith(`${dir}/journal/`));
+    assert.deepEqual(entry.entry?.claims, [{ name: NAME_V4, uid }]);
+    assert.equal(entry.entry?.created, now);
+    assert.equal(entry.entry?.containerId, CONTAINER_ID);
+    assert.equal(stub.seen("DELETE").length, 8, "the rollback retried within its slice");
+  });
+});
+
+Deno.test("ADD half failure, the claim is another object by rollback time: left alone", async () => {
+  await withStub(async (stub, inv) => {
+    stub.inject({
+      method: "GET",
+      path: `/ipclaims/${NAME_V4}`,
+      answer: (_req, s) =>
+        reply(200, {
+          ...s.get(NAME_V4),
+          metadata: { ...s.get(NAME_V4)!.metadata, uid: "newer-uid" },
+        }),
+    });
+    const e = await rejectsWith(
+      add(inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4", ipv6: "no-such" } } })),
+      102,
+    );
+    assert.match(e.details, /rollback: IPv4 claim .* is now another object; left alone/);
+    assert.equal(stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("ADD with both families failing rolls nothing back and reports both", async () => {
+  await withStub(async (stub, inv) => {
+    const e = await rejectsWith(
+      add(inv({ ipam: { classes: { ipv4: "nope-4", ipv6: "nope-6" } } })),
+      102,
+    );
+    assert.match(e.details, /nope-4.*nope-6|nope-6.*nope-4/);
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `POST ${CLAIMS_PATH}`]);
+  });
+});
+
+Deno.test("ADD of an unusable lease is 105 and the claim just made is released by uid", async (t) => {
+  const cases: [string, Json, { allocatedCIDR: string; address?: string }, RegExp][] = [
+    [
+      "unspecified 0.0.0.0/32",
+      V4,
+      { allocatedCIDR: "0.0.0.0/32", address: "0.0.0.0" },
+      /0\.0\.0\.0 is a unspecified/,
+    ],
+    [
+      "loopback",
+      V4,
+      { allocatedCIDR: "127.0.0.1/32", address: "127.0.0.1" },
+      /127\.0\.0\.1 is a loopback/,
+    ],
+    [
+      "address outside allocatedCIDR",
+      V4,
+      { allocatedCIDR: "10.40.0.7/32", address: "10.40.0.8" },
+      /not an address inside 10\.40\.0\.7\/32/,
+    ],
+    [
+      "wrong IPv4 prefix",
+      V4,
+      { allocatedCIDR: "10.40.0.0/24", address: "10.40.0.7" },
+      /prefix \/24 is not the class's \/32/,
+    ],
+    [
+      "wrong IPv6 prefix",
+      V6,
+      { allocatedCIDR: "fd20:0:0:1::/64" },
+      /prefix \/64 is not the class's \/128 or \/96/,
+    ],
+    ["wrong family", V4, { allocatedCIDR: "fd20::7/128" }, /is not IPv4/],
+  ];
+  for (const [name, ipam, lease, pattern] of cases) {
+    await t.step(name, async () => {
+      await withStub(async (stub, inv) => {
+        stub.allocate = () => lease;
+        const e = await rejectsWith(add(inv({ ipam })), 105, pattern);
+        assert.match(
+          e.details,
+          new RegExp(`status.allocatedCIDR="${lease.allocatedCIDR.replace(/[.]/g, "\\.")}"`),
+        );
+        assert.match(e.details, /rollback: IPv[46] claim pod-[0-9a-f]{20}-v[46] released/);
+        const [del] = stub.seen("DELETE");
+        assert.ok(del, "the claim is deleted");
+        assert.ok((del.body as { preconditions: { uid: string } }).preconditions.uid);
+        assert.equal(stub.all().length, 0);
+      });
+    });
+  }
+});
+
+Deno.test("ADD against a persistent 503: code 11 after 8 attempts, backoff injected", async () => {
+  await withStub(async (stub, inv) => {
+    stub.inject({ method: "POST", times: FOREVER, answer: () => statusReply(503) });
+    const started = performance.now();
+    await rejectsWith(
+      add(inv({ ipam: V4 })),
+      11,
+      /Milo unreachable or overloaded: POST .*Milo answered 503: the server is currently unable.*after 8 attempt/,
+    );
+    assert.ok(performance.now() - started < 1_000, "no real waiting");
+    assert.equal(stub.seen("POST").length, 8);
+    assert.deepEqual(stub.sleeps, [75, 150, 300, 600, 750, 750, 750]);
+    assert.equal(stub.all().length, 0);
+  });
+});
+
+Deno.test("ADD retries 503 (honouring Retry-After) and a refused connection, then leases", async () => {
+  await withStub(async (stub, inv) => {
+    stub.inject({
+      method: "POST",
+      answer: () => statusReply(503, { headers: { "retry-after": "2" } }),
+    });
+    stub.inject({ method: "POST", answer: () => refused() });
+    const r = await add(inv({ ipam: V4 }));
+    assert.deepEqual(r.output?.ips, [{ address: "10.40.0.7/32", gateway: "169.254.1.1" }]);
+    assert.equal(stub.seen("POST").length, 3);
+    assert.deepEqual(stub.sleeps, [2_000, 150]);
+  });
+});
+
+Deno.test("ADD against Milo down: code 11, nothing held", async () => {
+  await withStub(async (stub, inv) => {
+    stub.inject({ times: FOREVER, answer: () => refused() });
+    await rejectsWith(add(inv()), 11, /Connection refused/);
+    assert.equal(stub.seen("POST").length, 16);
+  });
+});
+
+Deno.test("ADD: a 409 Conflict that is not AlreadyExists (pinned address taken) is 103, no GET", async () => {
+  await withStub(async (stub, inv) => {
+    stub.inject({
+      method: "POST",
+      answer: () =>
+        statusReply(409, { reason: "Conflict", message: "address 10.40.0.9 is already claimed" }),
+    });
+    await rejectsWith(
+      add(inv({ ipam: V4 })),
+      103,
+      /address 10\.40\.0\.9 is already claimed.*409 Conflict/,
+    );
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`]);
+  });
+});

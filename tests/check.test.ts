@@ -1,0 +1,161 @@
+/** CHECK in-process: the handler over a real MiloClient answering from the in-memory stub. */
+import assert from "node:assert/strict";
+import { check } from "../lib/check.ts";
+import { claimName, KEYS } from "../lib/claims.ts";
+import { API_PATH } from "../lib/milo.ts";
+import {
+  CONTAINER_ID,
+  existingClaim,
+  invocation,
+  type Json,
+  refused,
+  rejectsWith,
+  StubMilo,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
+const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
+const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
+const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
+
+/** The prevResult the ADD of the default leases printed. */
+const PREV = {
+  cniVersion: "1.1.0",
+  interfaces: [{ name: "eth0", sandbox: "/var/run/netns/test" }],
+  ips: [
+    { address: "10.40.0.7/32", gateway: "169.254.1.1", interface: 0 },
+    { address: "fd20::1:0:3:0:0/96", gateway: "fe80::1", interface: 0 },
+  ],
+};
+
+/**
+ * A CHECK of the dual-stack attachment with `prevResult`; `prepare` shapes
+ * the claims in the stub first (by default both Bound as leased).
+ */
+async function checkWith(
+  prevResult: unknown,
+  prepare: (stub: StubMilo, inv: ReturnType<typeof invocation>) => Promise<void> = leaseBoth,
+) {
+  return await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const inv = invocation(stub, {
+      command: "CHECK",
+      stateDir: dir,
+      top: prevResult === undefined ? {} : { prevResult },
+    });
+    await prepare(stub, inv);
+    stub.requests.length = 0;
+    try {
+      return { stub, result: await check(inv) };
+    } catch (err) {
+      return { stub, error: err };
+    }
+  });
+}
+
+async function leaseBoth(stub: StubMilo, inv: ReturnType<typeof invocation>) {
+  await existingClaim(stub, inv, "ipv4");
+  await existingClaim(stub, inv, "ipv6");
+}
+
+const failure = (r: { error?: unknown }, code: number, pattern: RegExp) =>
+  rejectsWith(r.error ? Promise.reject(r.error) : Promise.resolve(), code, pattern);
+
+Deno.test("CHECK ok: one GET per family, nothing printed", async () => {
+  const r = await checkWith(PREV);
+  assert.equal(r.error, undefined);
+  assert.deepEqual(r.result, { claims: [NAME_V4, NAME_V6] });
+  assert.deepEqual(r.stub.requests.map((q) => `${q.method} ${q.path}`).sort(), [
+    `GET ${CLAIMS_PATH}/${NAME_V4}`,
+    `GET ${CLAIMS_PATH}/${NAME_V6}`,
+  ]);
+});
+
+Deno.test("CHECK: a missing claim is 104", async () => {
+  const r = await checkWith(PREV, async (stub, inv) => {
+    await existingClaim(stub, inv, "ipv4");
+  });
+  await failure(r, 104, new RegExp(`no IPv6 lease in Milo: claim ${NAME_V6} is missing`));
+});
+
+Deno.test("CHECK: a different address is 104 naming both", async () => {
+  const prev = { ...PREV, ips: [{ address: "10.40.0.250/32" }, PREV.ips[1]] };
+  const r = await checkWith(prev);
+  await failure(
+    r,
+    104,
+    /IPv4 address differs: prevResult has 10\.40\.0\.250\/32, Milo's claim .* holds 10\.40\.0\.7\/32/,
+  );
+});
+
+Deno.test("CHECK: a different prefix length is 104", async () => {
+  const prev = { ...PREV, ips: [{ address: "10.40.0.7/24" }, PREV.ips[1]] };
+  await failure(
+    await checkWith(prev),
+    104,
+    /prevResult has 10\.40\.0\.7\/24, .* holds 10\.40\.0\.7\/32/,
+  );
+  const prev6 = { ...PREV, ips: [PREV.ips[0], { address: "fd20::1:0:3:0:0/128" }] };
+  await failure(await checkWith(prev6), 104, /IPv6 address differs/);
+});
+
+Deno.test("CHECK: a claim not Bound is 104", async () => {
+  const r = await checkWith(PREV, async (stub, inv) => {
+    await existingClaim(stub, inv, "ipv4", { status: { phase: "Releasing" } });
+    await existingClaim(stub, inv, "ipv6");
+  });
+  await failure(r, 104, new RegExp(`IPv4 claim ${NAME_V4} is Releasing, not Bound`));
+});
+
+Deno.test("CHECK: a claim of another holder is 104 naming it", async () => {
+  const r = await checkWith(PREV, async (stub, inv) => {
+    await existingClaim(stub, inv, "ipv4");
+    await existingClaim(stub, inv, "ipv6", {
+      metadata: {
+        annotations: {
+          [KEYS.cluster]: "cluster-a",
+          [KEYS.containerId]: CONTAINER_ID,
+          [KEYS.ifname]: "eth1",
+        },
+      },
+    });
+  });
+  await failure(r, 104, new RegExp(`claim ${NAME_V6} is held by another attachment.*ifname=eth1`));
+});
+
+Deno.test("CHECK: prevResult without the family's address is 104 (none)", async () => {
+  const r = await checkWith({ ...PREV, ips: [PREV.ips[0]] });
+  await failure(r, 104, /IPv6 address differs: prevResult has none/);
+  const empty = await checkWith({ cniVersion: "1.1.0", interfaces: PREV.interfaces });
+  await failure(empty, 104, /IPv4 address differs: prevResult has none/);
+});
+
+Deno.test("CHECK without prevResult compares only Milo's claims", async () => {
+  const r = await checkWith(undefined);
+  assert.deepEqual(r.result, { claims: [NAME_V4, NAME_V6] });
+  const missing = await checkWith(undefined, () => Promise.resolve());
+  await failure(missing, 104, /is missing/);
+});
+
+Deno.test("CHECK: both mismatches reported together; Milo down is 11", async () => {
+  const both = await checkWith(PREV, () => Promise.resolve());
+  const e = await failure(both, 104, /missing/);
+  assert.match(e.details, new RegExp(`${NAME_V4}.*${NAME_V6}`));
+  const down = await checkWith(PREV, (stub) => {
+    stub.inject({ times: Number.POSITIVE_INFINITY, answer: () => refused() });
+    return Promise.resolve();
+  });
+  await failure(down, 11, /Connection refused/);
+});
+
+Deno.test("CHECK: an unusable lease in Milo's claim is 105", async () => {
+  const r = await checkWith(PREV, async (stub, inv) => {
+    await existingClaim(stub, inv, "ipv4", {
+      status: { allocatedCIDR: "127.0.0.1/32", address: "127.0.0.1" } as Json,
+    });
+    await existingClaim(stub, inv, "ipv6");
+  });
+  await failure(r, 105, /127\.0\.0\.1 is a loopback address/);
+  assert.equal(r.stub.seen("DELETE").length, 0, "CHECK never releases");
+});

@@ -1,0 +1,175 @@
+/** DEL in-process: the handler over a real MiloClient answering from the in-memory stub. */
+import assert from "node:assert/strict";
+import { claimName, KEYS } from "../lib/claims.ts";
+import { del } from "../lib/del.ts";
+import { API_PATH } from "../lib/milo.ts";
+import {
+  CONTAINER_ID,
+  existingClaim,
+  invocation,
+  type InvocationOptions,
+  rejectsWith,
+  reply,
+  statusReply,
+  StubMilo,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
+const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
+const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
+const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
+const FOREVER = Number.POSITIVE_INFINITY;
+
+function withStub(
+  fn: (
+    stub: StubMilo,
+    inv: (o?: Partial<InvocationOptions>) => ReturnType<typeof invocation>,
+  ) => Promise<void>,
+): Promise<void> {
+  return withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    await fn(stub, (o = {}) => invocation(stub, { command: "DEL", stateDir: dir, ...o }));
+  });
+}
+
+/** Both claims of the attachment, as its ADD left them. */
+async function leased(stub: StubMilo, inv: ReturnType<typeof invocation>) {
+  return [await existingClaim(stub, inv, "ipv4"), await existingClaim(stub, inv, "ipv6")];
+}
+
+Deno.test("DEL 200: one DELETE per family by name, no body, nothing printed", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv();
+    await leased(stub, i);
+    const r = await del(i);
+    assert.equal(r.output, undefined);
+    assert.deepEqual(r.claims, [NAME_V4, NAME_V6]);
+    assert.deepEqual(
+      stub.requests.map((q) => [q.method, q.path, q.body]).sort(),
+      [
+        ["DELETE", `${CLAIMS_PATH}/${NAME_V4}`, undefined],
+        ["DELETE", `${CLAIMS_PATH}/${NAME_V6}`, undefined],
+      ],
+    );
+    assert.equal(stub.all().length, 0);
+    assert.deepEqual(await i.journal.list(), []);
+  });
+});
+
+Deno.test("DEL 202 Accepted counts as released", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv();
+    const [v4] = await leased(stub, i);
+    stub.inject({
+      method: "DELETE",
+      path: NAME_V4,
+      answer: () => reply(202, { ...v4, status: { ...v4.status, phase: "Releasing" } }),
+    });
+    await del(i);
+    assert.equal(stub.seen("DELETE").length, 2);
+    assert.ok(stub.get(NAME_V4), "the stub left the claim; the 202 alone made it a success");
+    assert.equal(stub.get(NAME_V6), undefined);
+  });
+});
+
+Deno.test("DEL of claims already gone (404 NotFound of the claim) succeeds, and repeats", async () => {
+  await withStub(async (stub, inv) => {
+    for (let n = 0; n < 2; n++) {
+      const r = await del(inv());
+      assert.deepEqual(r.claims, [NAME_V4, NAME_V6]);
+    }
+    assert.equal(stub.seen("DELETE").length, 4);
+    assert.deepEqual(await inv().journal.list(), []);
+  });
+});
+
+Deno.test("DEL: a 404 that is not Milo's NotFound of the claim fails (105) and journals", async (t) => {
+  const answers: [string, () => Response][] = [
+    ["a NotFound Status of another name", () => statusReply(404, { name: "pod-other-v4" })],
+    ["a NotFound without details", () => statusReply(404, { name: "" })],
+    [
+      "a plain-text 404 (a wrong milo.url)",
+      () => new Response("404 page not found", { status: 404 }),
+    ],
+  ];
+  for (const [name, answer] of answers) {
+    await t.step(name, async () => {
+      await withStub(async (stub, inv) => {
+        const i = inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4" } } });
+        await existingClaim(stub, i, "ipv4");
+        stub.inject({ method: "DELETE", answer });
+        await rejectsWith(del(i), 105, /HTTP 404 that is not Milo's NotFound.*journaled/);
+        assert.equal(stub.seen("DELETE").length, 1, "a 404 is not retried");
+        assert.ok(stub.get(NAME_V4), "the claim is still there");
+        const [entry] = await i.journal.list();
+        assert.deepEqual(entry.entry?.claims, [{ name: NAME_V4 }]);
+      });
+    });
+  }
+});
+
+Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled", async () => {
+  await withStub(async (stub, inv) => {
+    const now = Date.parse("2026-12-01T11:00:00Z");
+    const i = inv({ now: () => now });
+    await leased(stub, i);
+    stub.inject({
+      method: "DELETE",
+      path: NAME_V6,
+      times: FOREVER,
+      answer: () => statusReply(500),
+    });
+    const e = await rejectsWith(
+      del(i),
+      11,
+      new RegExp(`release of claim ${NAME_V6} failed: Milo unreachable or overloaded`),
+    );
+    assert.match(e.details, /after 8 attempt\(s\); journaled for release by milo-ipam reconcile/);
+    assert.equal(stub.seen("DELETE", NAME_V6).length, 8);
+    assert.equal(stub.get(NAME_V4), undefined, "the other family was released");
+    const list = await i.journal.list();
+    assert.equal(list.length, 1);
+    assert.ok(e.details.includes(list[0].path));
+    assert.deepEqual(list[0].entry, {
+      cluster: "cluster-a",
+      node: "node-1",
+      network: "vpc-7b3e",
+      containerId: CONTAINER_ID,
+      ifname: "eth0",
+      created: now,
+      claims: [{ name: NAME_V6 }],
+      attempts: 0,
+      lastError: e.message,
+    });
+  });
+});
+
+Deno.test("DEL that succeeds later drops the journal entry of the attachment", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv();
+    stub.inject({ method: "DELETE", times: 16, answer: () => statusReply(503) });
+    await rejectsWith(del(i), 11);
+    assert.equal((await i.journal.list()).length, 1);
+    await del(inv());
+    assert.deepEqual(await i.journal.list(), []);
+  });
+});
+
+Deno.test("DEL releases the claim of its derived name even when it records another holder", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4" } } });
+    await existingClaim(stub, i, "ipv4", {
+      metadata: {
+        annotations: {
+          [KEYS.cluster]: "cluster-a",
+          [KEYS.containerId]: "other",
+          [KEYS.ifname]: "eth0",
+        },
+      },
+    });
+    await del(i);
+    assert.deepEqual(stub.requests.map((q) => q.method), ["DELETE"], "no GET: one request");
+    assert.equal(stub.get(NAME_V4), undefined);
+  });
+});

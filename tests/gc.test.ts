@@ -1,0 +1,174 @@
+/** GC in-process: the handler over a real MiloClient answering from the in-memory stub. */
+import assert from "node:assert/strict";
+import { KEYS, nodeSelector } from "../lib/claims.ts";
+import { parseNetConf } from "../lib/config.ts";
+import { gc } from "../lib/gc.ts";
+import { API_PATH } from "../lib/milo.ts";
+import {
+  existingClaim,
+  invocation,
+  type InvocationOptions,
+  type Json,
+  NET_CONF,
+  rejectsWith,
+  reply,
+  statusReply,
+  StubMilo,
+  type WireClaim,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
+const T0 = Date.now();
+const MIN_AGE_S = 60;
+
+/** A world: claims made `ageS` ago by ADDs of these attachments (and of other places). */
+async function world(dir: string, stub: StubMilo, ageS = 3_600) {
+  stub.now = () => T0 - ageS * 1000;
+  const made = async (containerId: string, o: Partial<InvocationOptions> = {}) => {
+    const add = invocation(stub, { command: "ADD", stateDir: dir, containerId, ...o });
+    return [await existingClaim(stub, add, "ipv4"), await existingClaim(stub, add, "ipv6")];
+  };
+  return {
+    keep: await made("keep"),
+    gone: await made("gone"),
+    otherIf: await made("keep", { ifname: "net1" }),
+    otherNode: await made("gone-n2", { node: { node: "node-2" } }),
+    otherNet: await made("gone-net", { top: { name: "other-net" } }),
+    otherCluster: await made("gone-cl", { node: { cluster: "cluster-b" } }),
+  };
+}
+
+function gcInv(stub: StubMilo, dir: string, valid: unknown, now = () => T0, extra: Json = {}) {
+  return invocation(stub, {
+    command: "GC",
+    stateDir: dir,
+    top: { "cni.dev/valid-attachments": valid, ...extra },
+    node: { gc: { minAgeS: MIN_AGE_S } },
+    now,
+  });
+}
+
+const names = (claims: WireClaim[]) => claims.map((c) => c.metadata.name).sort();
+const VALID = [{ containerID: "keep", ifname: "eth0" }];
+
+Deno.test("GC releases by uid only this node's attachments absent from valid-attachments", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = await world(dir, stub);
+    stub.requests.length = 0;
+    const r = await gc(gcInv(stub, dir, VALID));
+    assert.equal(r.output, undefined);
+    assert.deepEqual(r.claims.sort(), names([...w.gone, ...w.otherIf]));
+    const [list, ...rest] = stub.requests;
+    assert.equal(list.method, "GET");
+    assert.equal(list.path, CLAIMS_PATH);
+    assert.equal(list.query.labelSelector, await nodeSelector("cluster-a", "node-1", "vpc-7b3e"));
+    const deletes = rest.filter((q) => q.method === "DELETE");
+    assert.equal(deletes.length, 4);
+    for (const d of deletes) {
+      const claim = [...w.gone, ...w.otherIf].find((c) =>
+        d.path === `${CLAIMS_PATH}/${c.metadata.name}`
+      );
+      assert.ok(claim, `only stale claims are deleted: ${d.path}`);
+      assert.deepEqual(d.body, {
+        kind: "DeleteOptions",
+        apiVersion: "v1",
+        preconditions: { uid: claim.metadata.uid },
+      });
+    }
+    assert.deepEqual(
+      names(stub.all()),
+      names([...w.keep, ...w.otherNode, ...w.otherNet, ...w.otherCluster]),
+      "nothing else deleted",
+    );
+  });
+});
+
+Deno.test("GC respects gc.minAgeS on the injected clock", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = await world(dir, stub, 30);
+    const young = await gc(gcInv(stub, dir, VALID));
+    assert.deepEqual(young.claims, []);
+    assert.equal(stub.seen("DELETE").length, 0);
+    assert.deepEqual((await gc(gcInv(stub, dir, VALID, () => T0 + 29_000))).claims, []);
+    assert.equal(stub.seen("DELETE").length, 0);
+    const atAge = await gc(gcInv(stub, dir, VALID, () => T0 + 30_000));
+    assert.deepEqual(atAge.claims.sort(), names([...w.gone, ...w.otherIf]));
+  });
+});
+
+Deno.test("GC keeps a claim replaced since the LIST (uid changed), one without a creation time or holder", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = await world(dir, stub);
+    const [v4, v6] = w.gone;
+    stub.inject({
+      method: "GET",
+      path: `/ipclaims/${v4.metadata.name}`,
+      answer: () => reply(200, { ...v4, metadata: { ...v4.metadata, uid: "a-newer-claim" } }),
+    });
+    stub.put({ ...v6, metadata: { ...v6.metadata, creationTimestamp: undefined } });
+    const [k4] = w.keep;
+    stub.put({
+      ...k4,
+      metadata: { ...k4.metadata, name: "no-holder", annotations: { [KEYS.cluster]: "cluster-a" } },
+    });
+    const r = await gc(gcInv(stub, dir, []));
+    assert.deepEqual(r.claims.sort(), names([v4, ...w.keep, ...w.otherIf]));
+    assert.ok(!stub.seen("DELETE").some((d) => d.path.endsWith(v4.metadata.name)));
+    assert.ok(stub.get(v4.metadata.name) && stub.get(v6.metadata.name) && stub.get("no-holder"));
+  });
+});
+
+Deno.test("GC goes on past a failed release and reports it", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = await world(dir, stub);
+    const bad = w.gone[0].metadata.name;
+    stub.inject({ method: "DELETE", path: bad, answer: () => statusReply(403) });
+    await rejectsWith(gc(gcInv(stub, dir, VALID)), 101, new RegExp(`release of ${bad} failed`));
+    assert.deepEqual(
+      names([...w.gone, ...w.otherIf].filter((c) => stub.get(c.metadata.name))),
+      [bad],
+    );
+  });
+});
+
+Deno.test("GC without valid-attachments is code 7 and sends nothing", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    for (const list of [undefined, null]) {
+      await rejectsWith(
+        Promise.resolve().then(() => gcInv(stub, dir, list)),
+        7,
+        /cni\.dev\/valid-attachments: missing; GC releases nothing/,
+      );
+    }
+    await rejectsWith(
+      Promise.resolve().then(() => gcInv(stub, dir, "keep")),
+      7,
+      /must be a list/,
+    );
+    const inv = gcInv(stub, dir, VALID);
+    await rejectsWith(gc({ ...inv, conf: { ...inv.conf, validAttachments: undefined } }), 7);
+    assert.equal(stub.requests.length, 0);
+  });
+});
+
+Deno.test("GC accepts the older cni.dev/attachments name", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = await world(dir, stub);
+    const node = gcInv(stub, dir, []).node;
+    const conf = parseNetConf(
+      JSON.stringify({ ...NET_CONF, "cni.dev/attachments": VALID }),
+      node,
+      "GC",
+    );
+    const inv = gcInv(stub, dir, []);
+    const r = await gc({ ...inv, conf });
+    assert.deepEqual(r.claims.sort(), names([...w.gone, ...w.otherIf]));
+  });
+});

@@ -1,0 +1,172 @@
+/** The release journal in-process: written by a failing DEL, dropped by ADD, bounded, atomic. */
+import assert from "node:assert/strict";
+import { add } from "../lib/add.ts";
+import { claimName } from "../lib/claims.ts";
+import { del } from "../lib/del.ts";
+import { Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
+import {
+  CONTAINER_ID,
+  invocation,
+  type InvocationOptions,
+  rejectsWith,
+  statusReply,
+  StubMilo,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const FOREVER = Number.POSITIVE_INFINITY;
+const attachment = (containerId: string) => ({
+  cluster: "cluster-a",
+  node: "node-1",
+  network: "vpc-7b3e",
+  containerId,
+  ifname: "eth0",
+});
+
+function world(dir: string) {
+  const stub = new StubMilo();
+  const inv = (command: "ADD" | "DEL", o: Partial<InvocationOptions> = {}) =>
+    invocation(stub, { command, stateDir: dir, ...o });
+  return { stub, inv, journal: new Journal(dir) };
+}
+
+Deno.test("journal: a failing DEL writes one entry (0600 in a 0700 dir) naming its claims", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    const now = Date.parse("2026-12-01T12:00:00Z");
+    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    const e = await rejectsWith(del(w.inv("DEL", { now: () => now })), 11);
+    const path = await w.journal.pathOf(attachment(CONTAINER_ID));
+    assert.ok(e.details.includes(path));
+    const entry: JournalEntry = JSON.parse(await Deno.readTextFile(path));
+    assert.deepEqual(entry, {
+      ...attachment(CONTAINER_ID),
+      created: now,
+      claims: [
+        { name: await claimName(attachment(CONTAINER_ID), "ipv4") },
+        { name: await claimName(attachment(CONTAINER_ID), "ipv6") },
+      ],
+      attempts: 0,
+      lastError: e.message,
+    });
+    assert.equal((await Deno.stat(path)).mode! & 0o777, 0o600);
+    assert.equal((await Deno.stat(w.journal.dir)).mode! & 0o777, 0o700);
+    await rejectsWith(del(w.inv("DEL", { now: () => now + 5 })), 11);
+    const again = await w.journal.list();
+    assert.equal(again.length, 1, "a repeated failure extends the entry");
+    assert.equal(again[0].entry?.created, now);
+  });
+});
+
+Deno.test("journal: a later ADD of the same attachment drops its entry, another ADD does not", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    await rejectsWith(del(w.inv("DEL")), 11);
+    await rejectsWith(del(w.inv("DEL", { containerId: "other" })), 11);
+    assert.equal((await w.journal.list()).length, 2);
+    await add(w.inv("ADD"));
+    const left = await w.journal.list();
+    assert.deepEqual(left.map((e) => e.entry?.containerId), ["other"]);
+  });
+});
+
+Deno.test("journal: an ADD waits for a release in progress on the entry, then drops it", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    const path = await w.journal.record(attachment(CONTAINER_ID), [{ name: "pod-x-v4" }], "e");
+    const events: string[] = [];
+    w.stub.inject({
+      method: "POST",
+      times: FOREVER,
+      answer: () => void events.push("POST"),
+    });
+    const release = Promise.withResolvers<void>();
+    const locked = Promise.withResolvers<void>();
+    const held = w.journal.whileLocked(path, async () => {
+      locked.resolve();
+      await release.promise;
+      events.push("released");
+    });
+    await locked.promise;
+    const adding = add(w.inv("ADD"));
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 0));
+    release.resolve();
+    assert.equal(await held, true);
+    await adding;
+    assert.deepEqual(events, ["released", "POST", "POST"], "the ADD waited on the lock");
+    assert.deepEqual(await w.journal.list(), []);
+    assert.equal(await w.journal.whileLocked(path, () => Promise.resolve()), false);
+  });
+});
+
+Deno.test("journal: an entry that cannot be dropped fails the ADD with code 5 before any request", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    await Deno.mkdir(await w.journal.pathOf(attachment(CONTAINER_ID)), { recursive: true });
+    await rejectsWith(add(w.inv("ADD")), 5, /release journal entry/);
+    assert.equal(w.stub.requests.length, 0);
+  });
+});
+
+Deno.test("journal: bounded, the oldest entry goes first; extending an entry evicts nothing", async () => {
+  await withTempDir(async (dir) => {
+    const journal = new Journal(dir, 3);
+    for (const [i, id] of ["a", "b", "c"].entries()) {
+      await journal.record(attachment(id), [{ name: `pod-${id}-v4` }], "e", 1_000 + i);
+    }
+    await journal.record(attachment("a"), [{ name: "pod-a-v6", uid: "u" }], "later", 9_000);
+    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["a", "b", "c"]);
+    const a = (await journal.list())[0].entry!;
+    assert.equal(a.created, 1_000);
+    assert.equal(a.lastError, "later");
+    assert.deepEqual(a.claims, [{ name: "pod-a-v4" }, { name: "pod-a-v6", uid: "u" }]);
+    await journal.record(attachment("d"), [{ name: "pod-d-v4" }], "e", 2_000);
+    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["b", "c", "d"]);
+    await journal.record(attachment("e"), [{ name: "pod-e-v4" }], "e", 3_000);
+    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["c", "d", "e"]);
+  });
+});
+
+Deno.test("journal: writes are atomic (temp file, rename); a failed write leaves no temp file", async () => {
+  await withTempDir(async (dir) => {
+    const path = `${dir}/entry.json`;
+    const big = { claims: Array.from({ length: 2_000 }, (_, i) => ({ name: `pod-${i}-v4` })) };
+    let reads = 0;
+    const writing = (async () => {
+      for (let i = 0; i < 20; i++) await writeAtomic(path, { ...big, n: i });
+    })();
+    await writeAtomic(path, { ...big, n: -1 });
+    while (reads < 200) {
+      const v = JSON.parse(await Deno.readTextFile(path));
+      assert.equal(v.claims.length, 2_000, "a reader never sees a partial file");
+      reads++;
+    }
+    await writing;
+    assert.equal(JSON.parse(await Deno.readTextFile(path)).n, 19);
+    assert.deepEqual((await Array.fromAsync(Deno.readDir(dir))).map((e) => e.name), [
+      "entry.json",
+    ]);
+    await Deno.mkdir(`${dir}/taken.json`);
+    await Deno.writeTextFile(`${dir}/taken.json/keep`, "x");
+    await rejectsWith(writeAtomic(`${dir}/taken.json`, { a: 1 }), 5, /cannot write/);
+    assert.deepEqual((await Array.fromAsync(Deno.readDir(dir))).map((e) => e.name).sort(), [
+      "entry.json",
+      "taken.json",
+    ]);
+    assert.equal(await Deno.readTextFile(`${dir}/taken.json/keep`), "x");
+  });
+});
+
+Deno.test("journal: a malformed entry is listed with its error, never dropped silently", async () => {
+  await withTempDir(async (dir) => {
+    const journal = new Journal(dir);
+    await journal.record(attachment("ok"), [{ name: "pod-ok-v4" }], "e", 5);
+    await Deno.writeTextFile(`${journal.dir}/pod-broken.json`, JSON.stringify({ claims: 3 }));
+    const list = await journal.list();
+    assert.equal(list.length, 2);
+    const broken = list.find((e) => e.path.endsWith("pod-broken.json"));
+    assert.match(broken?.error ?? "", /malformed/);
+    assert.equal(list.find((e) => e.entry)?.entry?.containerId, "ok");
+  });
+});

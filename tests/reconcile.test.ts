@@ -1,0 +1,326 @@
+/** The node reconcile in-process: injected clock, the in-memory stub, temp state and cache dirs. */
+import assert from "node:assert/strict";
+import { claimName } from "../lib/claims.ts";
+import type { NodeConfig } from "../lib/config.ts";
+import { Journal } from "../lib/journal.ts";
+import { reconcile, type ReconcileReport, stateFileOf } from "../lib/reconcile.ts";
+import {
+  existingClaim,
+  invocation,
+  reply,
+  statusReply,
+  StubMilo,
+  type WireClaim,
+  withTempDir,
+} from "../testing/stub_milo.ts";
+
+const GRACE_MS = 300_000;
+
+/** A node with claims of a live and an orphaned attachment, made an hour before the clock. */
+async function setup(dir: string) {
+  const stub = new StubMilo();
+  const clock = { t: Date.now() };
+  stub.now = () => clock.t - 3_600_000;
+  const addOf = (containerId: string) =>
+    invocation(stub, { command: "ADD", stateDir: dir, containerId });
+  const lease = async (containerId: string) => {
+    const inv = addOf(containerId);
+    return [await existingClaim(stub, inv, "ipv4"), await existingClaim(stub, inv, "ipv6")];
+  };
+  const node: NodeConfig = addOf("x").node;
+  await Deno.mkdir(node.resultsDir, { recursive: true });
+  const cache = (containerId: string) =>
+    Deno.writeTextFile(
+      `${node.resultsDir}/vpc-7b3e-${containerId}-eth0`,
+      JSON.stringify({
+        kind: "cniCacheV1",
+        containerId,
+        ifName: "eth0",
+        networkName: "vpc-7b3e",
+        result: {},
+      }),
+    );
+  const live = await lease("live");
+  const orphan = await lease("orphan");
+  await cache("live");
+  const run = (dryRun = false) =>
+    reconcile({ node, milo: stub.client(), graceMs: GRACE_MS, dryRun, now: () => clock.t });
+  const state = async () =>
+    JSON.parse(await Deno.readTextFile(stateFileOf(node))) as Record<
+      string,
+      { firstAbsent: number; uid?: string }
+    >;
+  return { stub, clock, node, live, orphan, lease, cache, run, state, addOf };
+}
+
+const names = (claims: WireClaim[]) => claims.map((c) => c.metadata.name).sort();
+const keptFor = (r: ReconcileReport, claim: WireClaim) =>
+  r.kept.filter((k) => k.claim === claim.metadata.name).map((k) => k.reason);
+
+Deno.test("reconcile: the first observation records, the second after the grace releases by uid", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const t0 = w.clock.t;
+    const first = await w.run();
+    assert.deepEqual(first.released, []);
+    assert.equal(first.live, 1);
+    for (const c of w.orphan) {
+      assert.deepEqual(keptFor(first, c), [
+        "absent, waiting for a second observation after the grace period",
+      ]);
+    }
+    for (const c of w.live) {
+      assert.deepEqual(keptFor(first, c), ["live attachment in the result cache"]);
+    }
+    assert.deepEqual(await w.state(), {
+      [w.orphan[0].metadata.name]: { firstAbsent: t0, uid: w.orphan[0].metadata.uid },
+      [w.orphan[1].metadata.name]: { firstAbsent: t0, uid: w.orphan[1].metadata.uid },
+    });
+    assert.equal(w.stub.seen("DELETE").length, 0);
+
+    w.clock.t = t0 + GRACE_MS - 1;
+    assert.deepEqual((await w.run()).released, [], "not before the grace has passed");
+    assert.equal((await w.state())[w.orphan[0].metadata.name].firstAbsent, t0);
+
+    w.clock.t = t0 + GRACE_MS;
+    const second = await w.run();
+    assert.deepEqual(
+      second.released.map((r) => [r.claim, r.via, r.containerId, r.address]).sort(),
+      w.orphan.map((c) => [c.metadata.name, "orphan", "orphan", c.status.allocatedCIDR]).sort(),
+    );
+    const deletes = w.stub.seen("DELETE");
+    assert.deepEqual(
+      deletes.map((d) => [d.path.split("/").pop(), d.body]).sort(),
+      w.orphan.map((c) => [c.metadata.name, {
+        kind: "DeleteOptions",
+        apiVersion: "v1",
+        preconditions: { uid: c.metadata.uid },
+      }]).sort(),
+    );
+    assert.deepEqual(names(w.stub.all()), names(w.live));
+    assert.deepEqual(await w.state(), {});
+    assert.deepEqual(second.errors, []);
+  });
+});
+
+Deno.test("reconcile: a claim in the result cache is kept however long it lives", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.cache("orphan");
+    await w.run();
+    w.clock.t += 10 * GRACE_MS;
+    const r = await w.run();
+    assert.deepEqual(r.released, []);
+    assert.equal(w.stub.all().length, 4);
+    assert.deepEqual(await w.state(), {});
+  });
+});
+
+Deno.test("reconcile: a uid changed on the re-check before the DELETE keeps the claim", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.run();
+    w.clock.t += GRACE_MS;
+    const [o4, o6] = w.orphan;
+    w.stub.inject({
+      method: "GET",
+      path: `/ipclaims/${o4.metadata.name}`,
+      answer: () => reply(200, { ...o4, metadata: { ...o4.metadata, uid: "replaced" } }),
+    });
+    const r = await w.run();
+    assert.deepEqual(r.released.map((x) => x.claim), [o6.metadata.name]);
+    assert.deepEqual(keptFor(r, o4), ["claim changed or vanished on re-check"]);
+    assert.ok(w.stub.get(o4.metadata.name));
+    assert.ok(!w.stub.seen("DELETE").some((d) => d.path.endsWith(o4.metadata.name)));
+  });
+});
+
+Deno.test("reconcile: a uid changed between observations starts a new observation", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.run();
+    const [o4] = w.orphan;
+    w.stub.put({ ...o4, metadata: { ...o4.metadata, uid: "second-claim" } });
+    w.clock.t += GRACE_MS;
+    const r = await w.run();
+    assert.ok(!r.released.some((x) => x.claim === o4.metadata.name));
+    assert.deepEqual(keptFor(r, o4), [
+      "absent, waiting for a second observation after the grace period",
+    ]);
+    assert.deepEqual((await w.state())[o4.metadata.name], {
+      firstAbsent: w.clock.t,
+      uid: "second-claim",
+    });
+  });
+});
+
+Deno.test("reconcile: an attachment that reappears in the cache before the release is kept", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.run();
+    w.clock.t += GRACE_MS;
+    w.stub.inject({
+      method: "GET",
+      path: "/ipclaims",
+      answer: async () => {
+        await w.cache("orphan");
+        return undefined;
+      },
+    });
+    const r = await w.run();
+    assert.deepEqual(r.released, []);
+    for (const c of w.orphan) {
+      assert.deepEqual(keptFor(r, c), ["attachment reappeared on re-check"]);
+    }
+    assert.equal(w.stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("reconcile: a claim without a creation time is kept as too young", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const [o4] = w.orphan;
+    w.stub.put({ ...o4, metadata: { ...o4.metadata, creationTimestamp: undefined } });
+    await w.run();
+    w.clock.t += GRACE_MS;
+    const r = await w.run();
+    assert.deepEqual(keptFor(r, o4), ["younger than the grace period"]);
+    assert.ok(w.stub.get(o4.metadata.name));
+  });
+});
+
+Deno.test("reconcile --dry-run records its observation and releases nothing", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const t0 = w.clock.t;
+    await w.run(true);
+    assert.equal((await w.state())[w.orphan[0].metadata.name].firstAbsent, t0);
+    w.clock.t = t0 + GRACE_MS;
+    const dry = await w.run(true);
+    assert.equal(dry.dryRun, true);
+    assert.deepEqual(dry.released.map((r) => r.claim).sort(), names(w.orphan));
+    assert.equal(w.stub.seen("DELETE").length, 0);
+    assert.equal(w.stub.all().length, 4);
+    assert.equal((await w.state())[w.orphan[0].metadata.name].firstAbsent, t0, "state kept");
+    const real = await w.run();
+    assert.deepEqual(real.released.map((r) => r.claim).sort(), names(w.orphan));
+    assert.deepEqual(names(w.stub.all()), names(w.live));
+  });
+});
+
+Deno.test("reconcile: a non-numeric state timestamp counts as first seen now", async () => {
+  for (const [firstAbsent, released] of [["long ago", 0], [null, 0], [0, 1]] as const) {
+    await withTempDir(async (dir) => {
+      const w = await setup(dir);
+      const [o4] = w.orphan;
+      await Deno.writeTextFile(
+        stateFileOf(w.node),
+        JSON.stringify({ [o4.metadata.name]: { firstAbsent, uid: o4.metadata.uid } }),
+      );
+      const r = await w.run();
+      assert.equal(r.released.length, released, `firstAbsent=${JSON.stringify(firstAbsent)}`);
+      if (!released) assert.equal((await w.state())[o4.metadata.name].firstAbsent, w.clock.t);
+    });
+  }
+});
+
+Deno.test("reconcile: a failing orphan release is an error and stays in the state", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.run();
+    w.clock.t += GRACE_MS;
+    const [o4] = w.orphan;
+    w.stub.inject({ method: "DELETE", path: o4.metadata.name, answer: () => statusReply(403) });
+    const r = await w.run();
+    assert.deepEqual(r.errors.map((e) => e.claim), [o4.metadata.name]);
+    assert.match(r.errors[0].error, /403/);
+    assert.ok((await w.state())[o4.metadata.name], "retried on the next run");
+  });
+});
+
+Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failures counted", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const journal = new Journal(w.node.stateDir);
+    const entryAt = w.clock.t - 60_000;
+    const at = (containerId: string) => ({ ...w.addOf(containerId).attachment });
+    const [l4, l6] = w.live;
+    await journal.record(
+      at("live"),
+      [{ name: l4.metadata.name, uid: l4.metadata.uid }],
+      "503",
+      entryAt,
+    );
+    await journal.record(
+      at("live"),
+      [{ name: l6.metadata.name, uid: "an-older-claim" }],
+      "503",
+      entryAt,
+    );
+    const gone = await claimName(at("gone"), "ipv4");
+    await journal.record(at("gone"), [{ name: gone }], "503", entryAt);
+    const [o4, o6] = w.orphan;
+    await journal.record(at("orphan"), [{ name: o4.metadata.name }], "timeout", entryAt);
+    const newer = await w.lease("newer");
+    w.stub.put({
+      ...newer[0],
+      metadata: { ...newer[0].metadata, creationTimestamp: new Date(w.clock.t).toISOString() },
+    });
+    await journal.record(at("newer"), [{ name: newer[0].metadata.name }], "503", entryAt);
+    const failing = await w.lease("failing");
+    await journal.record(
+      at("failing"),
+      [{ name: failing[0].metadata.name, uid: failing[0].metadata.uid }],
+      "first error",
+      entryAt,
+    );
+    w.stub.inject({
+      method: "DELETE",
+      path: failing[0].metadata.name,
+      times: Number.POSITIVE_INFINITY,
+      answer: () => statusReply(503),
+    });
+
+    const r = await w.run();
+    const byJournal = r.released.filter((x) => x.via === "journal").map((x) => x.claim).sort();
+    assert.deepEqual(byJournal, [l4.metadata.name, o4.metadata.name].sort());
+    const del4 = w.stub.seen("DELETE", l4.metadata.name);
+    assert.deepEqual(del4.map((d) => d.body), [{
+      kind: "DeleteOptions",
+      apiVersion: "v1",
+      preconditions: { uid: l4.metadata.uid },
+    }]);
+    assert.deepEqual(keptFor(r, l6), ["journal entry: claim changed"]);
+    assert.ok(w.stub.get(l6.metadata.name), "another uid is never released");
+    assert.deepEqual(r.kept.filter((k) => k.claim === gone).map((k) => k.reason), [
+      "journal entry: claim absent",
+    ]);
+    assert.deepEqual(keptFor(r, newer[0]), ["journal entry: claim newer than the entry"]);
+    assert.ok(w.stub.get(newer[0].metadata.name));
+    assert.deepEqual(keptFor(r, o6), [
+      "absent, waiting for a second observation after the grace period",
+    ]);
+
+    assert.deepEqual(r.journal.map((j) => [j.containerId, j.claims, j.attempts]), [
+      ["failing", [failing[0].metadata.name], 1],
+    ]);
+    assert.match(r.journal[0].lastError, /Milo unreachable or overloaded: DELETE/);
+    const left = await journal.list();
+    assert.equal(left.length, 1);
+    assert.equal(left[0].entry?.attempts, 1);
+    assert.equal(left[0].entry?.lastError, r.journal[0].lastError);
+    assert.deepEqual(left[0].entry?.claims, [{
+      name: failing[0].metadata.name,
+      uid: failing[0].metadata.uid,
+    }]);
+    assert.equal((await w.run()).journal[0].attempts, 2);
+
+    w.stub.clearFaults();
+    const dry = await w.run(true);
+    assert.equal(dry.journal[0].lastError, "dry run: not attempted");
+    assert.ok(w.stub.get(failing[0].metadata.name));
+    assert.deepEqual((await w.run()).journal, []);
+    assert.equal(w.stub.get(failing[0].metadata.name), undefined);
+    assert.deepEqual(await journal.list(), []);
+  });
+});
