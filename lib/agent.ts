@@ -12,7 +12,8 @@ import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./f
 import { invoke } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
-import { createHttpClient, MiloClient, readTlsMaterial, readToken } from "./milo.ts";
+import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
+import { MiloClient } from "./milo.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 

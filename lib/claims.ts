@@ -1,5 +1,6 @@
 import type { CniEnv } from "./cni.ts";
-import type { NetConf, NetworkConfig, NodeConfig } from "./config.ts";
+import type { NetworkConfig, NodeConfig } from "./config.ts";
+import type { NetConf } from "./netconf.ts";
 import { clip, CniError } from "./errors.ts";
 import {
   type Cidr,

@@ -8,7 +8,7 @@
  * may choose only per-network things; the node config may give their defaults.
  */
 import * as z from "zod/mini";
-import { isPlainObject, MAX_VALUE_CHARS, requireVersion, type Verb } from "./cni.ts";
+import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { CniError } from "./errors.ts";
 import {
   DEFAULT_AGENT_SOCKET,
@@ -17,7 +17,7 @@ import {
   nodeConfigPath,
   type NodeConfigSource,
 } from "./paths.ts";
-import { type Cidr, type Family, isLoopbackHost, parseCidr, parseIp } from "./ip.ts";
+import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam.log";
@@ -187,19 +187,6 @@ export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"
   timeouts: { requestMs: number; totalMs: number };
 };
 
-/** The parts of the master plugin's network config that milo-ipam reads. */
-export interface NetConf {
-  cniVersion: string;
-  name: string;
-  vpc?: string;
-  vpcattachment?: string;
-  /** `prevResult`'s addresses by family (CHECK only; undefined when absent). */
-  prevResult?: Map<Family, Cidr[]>;
-  /** `cni.dev/valid-attachments` as attachment keys (GC only; undefined when absent). */
-  validAttachments?: Set<string>;
-  network: NetworkConfig;
-}
-
 function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
   return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
 }
@@ -360,111 +347,4 @@ export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): N
     throw new CniError("config", "field ipam.timeouts: requestMs must not exceed totalMs");
   }
   return { ...parsed.data, timeouts: t };
-}
-
-/**
- * Parses the master's network config (stdin text) for `verb` against the node
- * config: the version first (code 1), then the fields (code 7, naming the
- * field); `prevResult` for CHECK and the attachment list for GC.
- */
-export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetConf {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stdin);
-  } catch (err) {
-    throw new CniError(
-      "decode",
-      "network config on stdin is not valid JSON",
-      err instanceof Error ? err.message : "",
-    );
-  }
-  if (!isPlainObject(raw)) {
-    throw new CniError("decode", "network config on stdin must be a JSON object");
-  }
-  const cniVersion = stringField(raw, "cniVersion");
-  requireVersion(cniVersion, verb);
-  const name = stringField(raw, "name");
-  if (!isPlainObject(raw.ipam)) {
-    throw new CniError("config", "field ipam: must be an object with type milo-ipam");
-  }
-  if (raw.ipam.type !== "milo-ipam") {
-    throw new CniError("config", "field ipam.type: must be milo-ipam");
-  }
-  return {
-    cniVersion,
-    name,
-    vpc: optionalString(raw, "vpc"),
-    vpcattachment: optionalString(raw, "vpcattachment"),
-    prevResult: verb === "CHECK" ? parsePrevResult(raw.prevResult) : undefined,
-    validAttachments: verb === "GC" ? parseValidAttachments(raw) : undefined,
-    network: parseNetwork(raw.ipam, node),
-  };
-}
-
-function stringField(raw: Record<string, unknown>, key: string): string {
-  const v = raw[key];
-  if (typeof v !== "string" || v === "") {
-    throw new CniError("config", `field ${key}: must be a non-empty string`);
-  }
-  if (v.length > MAX_VALUE_CHARS) {
-    throw new CniError("config", `field ${key}: must be at most ${MAX_VALUE_CHARS} characters`);
-  }
-  return v;
-}
-
-function optionalString(raw: Record<string, unknown>, key: string): string | undefined {
-  const v = raw[key];
-  if (v === undefined || v === null || v === "") return undefined;
-  return stringField(raw, key);
-}
-
-/** A set key for one attachment (container, interface). */
-export function attachmentKey(containerId?: string, ifname?: string): string {
-  return `${containerId}\u0000${ifname}`;
-}
-
-/**
- * `cni.dev/valid-attachments` (or its older name `cni.dev/attachments`) as a
- * set of attachment keys. A missing or null list is a config error: GC never
- * releases on missing input.
- */
-export function parseValidAttachments(raw: Record<string, unknown>): Set<string> {
-  const key = raw["cni.dev/valid-attachments"] !== undefined
-    ? "cni.dev/valid-attachments"
-    : "cni.dev/attachments";
-  const list = raw[key];
-  if (!Array.isArray(list)) {
-    throw new CniError(
-      "config",
-      list === undefined || list === null
-        ? "field cni.dev/valid-attachments: missing; GC releases nothing without it"
-        : `field ${key}: must be a list`,
-    );
-  }
-  return new Set(list.map((v, i) => {
-    if (!isPlainObject(v) || typeof v.containerID !== "string" || typeof v.ifname !== "string") {
-      throw new CniError("config", `field ${key}.${i}: must have string containerID and ifname`);
-    }
-    return attachmentKey(v.containerID, v.ifname);
-  }));
-}
-
-/** The addresses of `prevResult` by family, or undefined when there is no prevResult. */
-export function parsePrevResult(prev: unknown): Map<Family, Cidr[]> | undefined {
-  if (prev === undefined || prev === null) return undefined;
-  if (!isPlainObject(prev) || (prev.ips !== undefined && !Array.isArray(prev.ips))) {
-    throw new CniError("config", "field prevResult: must be an object with an ips list");
-  }
-  const out = new Map<Family, Cidr[]>();
-  for (const [i, ip] of ((prev.ips ?? []) as unknown[]).entries()) {
-    const cidr = isPlainObject(ip) && typeof ip.address === "string" ? parseCidr(ip.address) : null;
-    if (!cidr) {
-      throw new CniError(
-        "config",
-        `field prevResult.ips.${i}.address: must be an IP address in CIDR form`,
-      );
-    }
-    out.set(cidr.family, [...(out.get(cidr.family) ?? []), cidr]);
-  }
-  return out;
 }

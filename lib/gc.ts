@@ -1,5 +1,5 @@
 import { holderOf, nodeSelector } from "./claims.ts";
-import { attachmentKey } from "./config.ts";
+import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import type { Handler } from "./invocation.ts";
 import type { IPClaim } from "./milo.ts";

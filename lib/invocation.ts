@@ -1,6 +1,7 @@
 import { type Attachment, claimName } from "./claims.ts";
 import type { CniEnv } from "./cni.ts";
-import type { NetConf, NetworkConfig, NodeConfig } from "./config.ts";
+import type { NetworkConfig, NodeConfig } from "./config.ts";
+import type { NetConf } from "./netconf.ts";
 import { FAMILIES, type Family } from "./ip.ts";
 import type { Journal } from "./journal.ts";
 import type { MiloClient } from "./milo.ts";

@@ -9,7 +9,14 @@ import * as z from "zod/mini";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
 import { clip, CniError, errorText, isTransientStatus } from "./errors.ts";
 import { isLoopbackHost } from "./ip.ts";
-import { createHttpClient, retryAfterMs } from "./milo.ts";
+import {
+  createHttpClient,
+  isNotCapable,
+  isTimeout,
+  isTlsFailure,
+  readCapped,
+  retryAfterMs,
+} from "./http.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
 export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
@@ -120,14 +127,12 @@ export class KubeClient {
   static open(access: KubeAccess, o: Partial<KubeOptions> = {}): KubeClient {
     let client: Deno.HttpClient | undefined;
     try {
-      client = createHttpClient({ ca: access.ca, cert: access.cert, key: access.key });
-    } catch (err) {
-      const details = err instanceof CniError ? err.details : errorText(err);
-      throw new CniError(
-        "config",
-        `cannot load the Kubernetes TLS material (${access.source})`,
-        details,
+      client = createHttpClient(
+        { ca: access.ca, cert: access.cert, key: access.key },
+        `the Kubernetes credentials (${access.source})`,
       );
+    } catch (err) {
+      throw err instanceof CniError ? err : new CniError("config", errorText(err));
     }
     return new KubeClient({ ...o, server: access.server, token: access.token, client });
   }
@@ -214,7 +219,7 @@ export class KubeClient {
         if (err instanceof CniError) throw err;
         const fatal = fatalFetchError(err, o.server);
         if (fatal) throw fatal;
-        last = err instanceof DOMException && /Timeout|Abort/.test(err.name)
+        last = isTimeout(err)
           ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
           : errorText(err);
       }
@@ -258,13 +263,20 @@ function isApiServerUrl(text: string): boolean {
 
 /** A fetch failure that retrying cannot cure (sandbox, TLS), as a CniError; else undefined. */
 function fatalFetchError(err: unknown, server: string): CniError | undefined {
-  const text = errorText(err);
   const host = new URL(server).host;
-  if (/NotCapable/.test(text)) {
-    return new CniError("sandbox", `the permission sandbox refused connecting to ${host}`, text);
+  if (isNotCapable(err)) {
+    return new CniError(
+      "sandbox",
+      `the permission sandbox refused connecting to ${host}`,
+      errorText(err),
+    );
   }
-  if (/certificate|UnknownIssuer|InvalidCertificate/i.test(text)) {
-    return new CniError("config", `TLS verification of the Kubernetes API ${host} failed`, text);
+  if (isTlsFailure(err)) {
+    return new CniError(
+      "config",
+      `TLS verification of the Kubernetes API ${host} failed`,
+      errorText(err),
+    );
   }
   return undefined;
 }
@@ -278,16 +290,11 @@ async function readBody(res: Response, max: number, what: string): Promise<strin
       `${what}: the Kubernetes API answered a redirect (${res.status})`,
     );
   }
-  const parts: Uint8Array[] = [];
-  let size = 0;
-  for await (const part of res.body ?? []) {
-    size += part.byteLength;
-    if (size > max) {
-      throw new CniError("protocol", `${what}: the answer exceeds ${max} bytes`);
-    }
-    parts.push(part);
-  }
-  return new TextDecoder().decode(await new Blob(parts as BlobPart[]).arrayBuffer());
+  return await readCapped(
+    res,
+    max,
+    () => new CniError("protocol", `${what}: the answer exceeds ${max} bytes`),
+  );
 }
 
 function parseJson(text: string): unknown {

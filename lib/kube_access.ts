@@ -6,32 +6,19 @@
 import * as z from "zod/mini";
 import { parse as parseYaml } from "yaml";
 import { CniError, errorText } from "./errors.ts";
+import { readConfigFile, tokenOf } from "./http.ts";
 import type { KubeAccess } from "./kube.ts";
 import { YAML_DEBUG_ENV_VARS } from "./permissions.ts";
 
 /** Where a pod's service account token and the cluster CA are mounted. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
 const str = z.string();
 const opt = z.optional(z.string());
 
-async function readFileField(what: string, path: string): Promise<string> {
-  try {
-    return await Deno.readTextFile(path);
-  } catch (err) {
-    const sandbox = err instanceof Deno.errors.NotCapable;
-    throw new CniError(
-      sandbox ? "sandbox" : "config",
-      `${sandbox ? "the permission sandbox refused reading" : "cannot read"} ${what} ${path}`,
-      errorText(err),
-    );
-  }
-}
-
 function checkToken(token: string, where: string): string {
-  const t = token.replace(/\r?\n$/, "");
-  if (!TOKEN_SHAPE.test(t)) {
+  const t = tokenOf(token);
+  if (t === undefined) {
     throw new CniError("config", `${where} does not hold exactly one token`, "one line, no spaces");
   }
   return t;
@@ -51,8 +38,8 @@ export async function inClusterAccess(
     );
   }
   const [token, ca] = await Promise.all([
-    readFileField("the service account token", `${dir}/token`),
-    readFileField("the service account CA", `${dir}/ca.crt`),
+    readConfigFile("the service account token", `${dir}/token`),
+    readConfigFile("the service account CA", `${dir}/ca.crt`),
   ]);
   const h = host.includes(":") ? `[${host}]` : host;
   return {
@@ -131,10 +118,10 @@ export function parseKubeconfig(text: string, dir: string): KubeconfigRefs {
 
 /** Access from a kubeconfig file's current context (certificate data is base64, as kubectl's). */
 export async function kubeconfigAccess(path: string): Promise<KubeAccess> {
-  const refs = parseKubeconfig(await readFileField("kubeconfig", path), dirOf(path));
+  const refs = parseKubeconfig(await readConfigFile("kubeconfig", path), dirOf(path));
   const load = async (what: string, r: FileOrData, base64: boolean) => {
     if (r.data !== undefined) return base64 ? decodeBase64(r.data, what) : r.data;
-    return r.file ? await readFileField(`kubeconfig ${what}`, r.file) : undefined;
+    return r.file ? await readConfigFile(`kubeconfig ${what}`, r.file) : undefined;
   };
   const [ca, cert, key, token] = await Promise.all([
     load("certificate-authority", refs.ca, true),
@@ -149,7 +136,7 @@ export async function kubeconfigAccess(path: string): Promise<KubeAccess> {
 
 /** What `install --kubeconfig` grants: the server's `host:port` and every file the config names. */
 export async function kubeconfigGrants(path: string): Promise<{ net: string; read: string[] }> {
-  const refs = parseKubeconfig(await readFileField("kubeconfig", path), dirOf(path));
+  const refs = parseKubeconfig(await readConfigFile("kubeconfig", path), dirOf(path));
   const u = new URL(refs.server);
   const files = [refs.ca, refs.cert, refs.key, refs.token].flatMap((r) => r.file ? [r.file] : []);
   return { net: `${u.hostname}:${u.port || (u.protocol === "https:" ? 443 : 80)}`, read: files };

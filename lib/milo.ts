@@ -8,7 +8,15 @@ import {
   type Outcome,
   outcomeOfHttpStatus,
 } from "./errors.ts";
-import { PROXY_ENV_VARS } from "./permissions.ts";
+import {
+  httpClientFor,
+  isNotCapable,
+  isTimeout,
+  isTlsFailure,
+  readCapped,
+  readToken,
+  retryAfterMs,
+} from "./http.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
@@ -286,7 +294,16 @@ export class MiloClient {
             `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
           );
         }
-        const text = await readCapped(res, what);
+        const text = await readCapped(
+          res,
+          MAX_BODY_BYTES,
+          () =>
+            new CniError(
+              "protocol",
+              `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
+              `HTTP ${res.status}`,
+            ),
+        );
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
@@ -304,24 +321,7 @@ export class MiloClient {
         const after = retryAfterMs(res.headers.get("retry-after"));
         if (after !== undefined) wait = Math.max(wait, after);
       } catch (err) {
-        if (err instanceof CniError) throw err;
-        if (err instanceof Deno.errors.NotCapable || isNotCapable(err)) {
-          throw new CniError(
-            "sandbox",
-            `the permission sandbox refused ${method} ${new URL(url).host}`,
-            `${errorText(err)}; reinstall milo-ipam with a node config that names this Milo host`,
-          );
-        }
-        if (isTlsFailure(err)) {
-          throw new CniError(
-            "config",
-            `TLS verification of ${new URL(url).host} failed (check milo.caFile)`,
-            errorText(err),
-          );
-        }
-        last = isTimeout(err)
-          ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
-          : errorText(err);
+        last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {
         o.onRequest?.({ method, status, attempt });
       }
@@ -338,124 +338,6 @@ export class MiloClient {
   #backoff(attempt: number): number {
     const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
     return Math.round(ceiling / 2 + this.#random() * ceiling / 2);
-  }
-}
-
-/** Reads a response body up to {@link MAX_BODY_BYTES}. */
-async function readCapped(res: Response, what: string): Promise<string> {
-  if (!res.body) return "";
-  const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > MAX_BODY_BYTES) {
-      await reader.cancel();
-      throw new CniError(
-        "protocol",
-        `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
-        `HTTP ${res.status}`,
-      );
-    }
-    chunks.push(value);
-  }
-  const all = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    all.set(c, at);
-    at += c.byteLength;
-  }
-  return new TextDecoder().decode(all);
-}
-
-/** A token: one line of visible ASCII without inner whitespace. */
-const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
-
-/** Reads and checks the bearer token; errors name the file, never its content. */
-export async function readToken(node: NodeConfig): Promise<string> {
-  const file = node.milo.tokenFile;
-  const token = (await readConfigFile("milo.tokenFile", file)).replace(/\r?\n$/, "");
-  if (!TOKEN_SHAPE.test(token)) {
-    throw new CniError(
-      "config",
-      `field milo.tokenFile: ${file} does not hold one token`,
-      token
-        ? "the token must be one line of visible ASCII without spaces (after a rotation, " +
-          "write the new token alone, then rename it over the file)"
-        : "the file is empty",
-    );
-  }
-  return token;
-}
-
-/** Removes proxy variables from the environment so fetch never sends the token through one. */
-export function dropProxyEnv(): void {
-  for (const k of PROXY_ENV_VARS) {
-    try {
-      Deno.env.delete(k);
-    } catch {
-      // Not granted: then Deno cannot read it either.
-    }
-  }
-}
-
-/** The files and proxy an HTTP client to Milo is built from. */
-export interface TlsMaterial {
-  ca?: string;
-  cert?: string;
-  key?: string;
-  proxy?: string;
-}
-
-/** Reads the node's CA, client certificate and key (each file when configured). */
-export async function readTlsMaterial(node: NodeConfig): Promise<TlsMaterial> {
-  const m = node.milo;
-  const [ca, cert, key] = await Promise.all([
-    m.caFile ? readConfigFile("milo.caFile", m.caFile) : undefined,
-    m.certFile ? readConfigFile("milo.certFile", m.certFile) : undefined,
-    m.keyFile ? readConfigFile("milo.keyFile", m.keyFile) : undefined,
-  ]);
-  return { ca, cert, key, proxy: m.proxy };
-}
-
-/** An HTTP client for the material, or undefined when the defaults do. */
-export function createHttpClient(t: TlsMaterial): Deno.HttpClient | undefined {
-  dropProxyEnv();
-  if (!t.ca && !t.cert && !t.proxy) return undefined;
-  try {
-    return Deno.createHttpClient({
-      ...(t.ca ? { caCerts: [t.ca] } : {}),
-      ...(t.cert && t.key ? { cert: t.cert, key: t.key } : {}),
-      ...(t.proxy ? { proxy: { url: t.proxy } } : {}),
-    });
-  } catch (err) {
-    throw new CniError(
-      "config",
-      "cannot load TLS material from milo.caFile/certFile/keyFile",
-      errorText(err),
-    );
-  }
-}
-
-/** The HTTP client for the node's TLS material and proxy, or undefined for the default. */
-export async function httpClientFor(node: NodeConfig): Promise<Deno.HttpClient | undefined> {
-  return createHttpClient(await readTlsMaterial(node));
-}
-
-async function readConfigFile(field: string, path: string): Promise<string> {
-  try {
-    return await Deno.readTextFile(path);
-  } catch (err) {
-    if (err instanceof Deno.errors.NotCapable) {
-      throw new CniError(
-        "sandbox",
-        `the permission sandbox refused reading ${field} ${path}`,
-        errorText(err),
-      );
-    }
-    throw new CniError("config", `field ${field}: cannot read ${path}`, errorText(err));
   }
 }
 
@@ -528,23 +410,23 @@ export function statusError(
   }
 }
 
-/** Parses `Retry-After` (seconds or HTTP date) into milliseconds. */
-export function retryAfterMs(value: string | null): number | undefined {
-  if (!value) return undefined;
-  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
-}
-
-function isTimeout(err: unknown): boolean {
-  return err instanceof DOMException && (err.name === "TimeoutError" || err.name === "AbortError");
-}
-
-function isNotCapable(err: unknown): boolean {
-  return err instanceof Error && (err.name === "NotCapable" || isNotCapable(err.cause));
-}
-
-function isTlsFailure(err: unknown): boolean {
-  const text = err instanceof Error ? `${err.message} ${String(err.cause ?? "")}` : "";
-  return /certificate|UnknownIssuer|InvalidCertificate/i.test(text);
+/** Why one attempt failed, to retry; a failure retrying cannot cure is thrown. */
+function fetchFailure(err: unknown, method: string, url: string, timeoutMs: number): string {
+  if (err instanceof CniError) throw err;
+  const host = new URL(url).host;
+  if (isNotCapable(err)) {
+    throw new CniError(
+      "sandbox",
+      `the permission sandbox refused ${method} ${host}`,
+      `${errorText(err)}; reinstall milo-ipam with a node config that names this Milo host`,
+    );
+  }
+  if (isTlsFailure(err)) {
+    throw new CniError(
+      "config",
+      `TLS verification of ${host} failed (check milo.caFile)`,
+      errorText(err),
+    );
+  }
+  return isTimeout(err) ? `request timed out after ${Math.round(timeoutMs)} ms` : errorText(err);
 }

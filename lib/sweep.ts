@@ -19,75 +19,16 @@ import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
 import type { IPClaim, MiloClient, Release } from "./milo.ts";
-
-/** Exit codes of `milo-ipam sweep`. */
-export const EXIT = { done: 0, error: 1, brake: 2, partial: 3 } as const;
-
-/** How many candidates a run may have: a count, or a percentage of the cluster's claims. */
-export type MaxRelease = { count: number } | { percent: number };
-
-/** Why a claim is a candidate. */
-export type Reason = "pod-gone" | "node-gone" | "pod-and-node-gone";
-/** What the run did with a candidate (`would-release`: a dry run's release). */
-export type Action = "released" | "would-release" | "kept" | "failed";
-
-/** One candidate of the report. */
-export interface SweepRow {
-  claim: string;
-  uid: string | null;
-  address: string | null;
-  /** `namespace/name` recorded on the claim. */
-  pod: string | null;
-  podUid: string;
-  node: string | null;
-  reason: Reason;
-  /** Age of the claim at the last observation. */
-  ageMs: number | null;
-  action: Action;
-  why: string;
-}
-
-/** One observation's counts. */
-export interface ObservationSummary {
-  at: string;
-  claims: number;
-  pods: number;
-  nodes: number;
-  candidates: number;
-}
-
-/** The report of one run: printed as JSON with `--output json` (see docs/sweep.md). */
-export interface SweepReport {
-  kind: "SweepReport";
-  version: 1;
-  cluster: string;
-  apply: boolean;
-  outcome: "done" | "brake" | "partial" | "error";
-  exitCode: number;
-  message: string;
-  startedAt: string;
-  durationMs: number;
-  settings: {
-    graceMs: number;
-    intervalMs: number;
-    maxRelease: string;
-    maxReleaseLimit: number | null;
-  };
-  observations: ObservationSummary[];
-  totals: {
-    claims: number;
-    foreign: number;
-    withoutPodUid: number;
-    candidates: number;
-    released: number;
-    wouldRelease: number;
-    kept: number;
-    failed: number;
-  };
-  rows: SweepRow[];
-  requests: { milo: number; kubernetes: number };
-  error: { message: string; details: string } | null;
-}
+import {
+  type Action,
+  emptyReport,
+  EXIT,
+  formatMaxRelease,
+  type MaxRelease,
+  type Reason,
+  type SweepReport,
+  type SweepRow,
+} from "./sweep_report.ts";
 
 /** Everything one run needs. */
 export interface SweepOptions {
@@ -125,49 +66,6 @@ interface Observation {
 
 /** A safety brake: the run stops and releases nothing. */
 class Brake extends Error {}
-
-/** Text of a {@link MaxRelease}: `N` or `P%`. */
-export function formatMaxRelease(m: MaxRelease): string {
-  return "count" in m ? String(m.count) : `${m.percent}%`;
-}
-
-/** A report with nothing observed yet. */
-export function emptyReport(
-  o: Pick<SweepOptions, "cluster" | "apply" | "graceMs" | "intervalMs" | "maxRelease">,
-  started: number,
-): SweepReport {
-  return {
-    kind: "SweepReport",
-    version: 1,
-    cluster: o.cluster,
-    apply: o.apply,
-    outcome: "done",
-    exitCode: EXIT.done,
-    message: "",
-    startedAt: new Date(started).toISOString(),
-    durationMs: 0,
-    settings: {
-      graceMs: o.graceMs,
-      intervalMs: o.intervalMs,
-      maxRelease: formatMaxRelease(o.maxRelease),
-      maxReleaseLimit: null,
-    },
-    observations: [],
-    totals: {
-      claims: 0,
-      foreign: 0,
-      withoutPodUid: 0,
-      candidates: 0,
-      released: 0,
-      wouldRelease: 0,
-      kept: 0,
-      failed: 0,
-    },
-    rows: [],
-    requests: { milo: 0, kubernetes: 0 },
-    error: null,
-  };
-}
 
 /** One sweep run: observe, wait `intervalMs`, observe again, decide, re-check and release. */
 export async function sweep(o: SweepOptions): Promise<SweepReport> {

@@ -9,7 +9,15 @@ import { CniError, errorText, toCniError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";
-import { emptyReport, EXIT, type MaxRelease, sweep, type SweepReport } from "./sweep.ts";
+import { sweep } from "./sweep.ts";
+import {
+  emptyReport,
+  EXIT,
+  formatDuration,
+  type MaxRelease,
+  renderText,
+  type SweepReport,
+} from "./sweep_report.ts";
 
 /** The command line. */
 export const USAGE = "usage: milo-ipam sweep [--config FILE] [--kubeconfig FILE] [--apply] " +
@@ -26,17 +34,6 @@ export function parseDuration(text: string): number | undefined {
     ms += Number(n) * UNITS[unit];
   }
   return Math.round(ms);
-}
-
-/** A duration in the largest units that keep it exact: `10m`, `1h30m`, `500ms`. */
-export function formatDuration(ms: number): string {
-  if (ms < 1_000 || ms % 1_000) return `${ms}ms`;
-  let s = ms / 1_000, out = "";
-  for (const [unit, size] of [["h", 3_600], ["m", 60]] as const) {
-    if (s >= size) out += `${Math.floor(s / size)}${unit}`;
-    s %= size;
-  }
-  return out + (s || !out ? `${s}s` : "");
 }
 
 /** Parses `--max-release`: `N` (a count) or `P%` (0–100 percent of the cluster's claims). */
@@ -192,47 +189,4 @@ function errorReport(
     durationMs: now - started,
     error: { message: e.message, details: e.details },
   };
-}
-
-/** The report for a human: settings, observations, one row per candidate, totals, outcome. */
-export function renderText(r: SweepReport): string {
-  const s = r.settings;
-  const lines = [
-    `milo-ipam sweep: cluster ${r.cluster || "(unknown)"}, ${
-      r.apply ? "apply" : "dry run (nothing is released; pass --apply)"
-    }`,
-    `grace ${formatDuration(s.graceMs)}, interval ${formatDuration(s.intervalMs)}, ` +
-    `max-release ${s.maxRelease}${s.maxReleaseLimit === null ? "" : ` (${s.maxReleaseLimit})`}`,
-    ...r.observations.map((o, i) =>
-      `observation ${i + 1} at ${o.at}: ${o.claims} claims, ${o.pods} pods, ${o.nodes} nodes, ` +
-      `${o.candidates} candidates`
-    ),
-  ];
-  if (r.rows.length) {
-    const head = ["CLAIM", "ADDRESS", "POD", "NODE", "REASON", "AGE", "ACTION", "WHY"];
-    const cells = r.rows.map((w) => [
-      w.claim,
-      w.address ?? "-",
-      w.pod ?? "-",
-      w.node ?? "-",
-      w.reason,
-      w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
-      w.action,
-      w.why,
-    ]);
-    const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
-    for (const c of [head, ...cells]) {
-      lines.push(c.map((v, i) => i === c.length - 1 ? v : v.padEnd(width[i])).join("  "));
-    }
-  }
-  const t = r.totals;
-  lines.push(
-    `totals: ${t.claims} claims (${t.withoutPodUid} without a pod UID, ${t.foreign} of another ` +
-      `cluster), ${t.candidates} candidates: ${t.released} released, ${t.wouldRelease} would ` +
-      `be released, ${t.kept} kept, ${t.failed} failed`,
-    `requests: Milo ${r.requests.milo}, Kubernetes ${r.requests.kubernetes}; ${r.durationMs} ms`,
-    `${r.message} (exit ${r.exitCode})`,
-  );
-  if (r.error?.details) lines.push(`  ${r.error.details}`);
-  return lines.join("\n") + "\n";
 }

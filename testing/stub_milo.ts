@@ -8,7 +8,8 @@
 import assert from "node:assert/strict";
 import { attachmentOf, claimBody } from "../lib/claims.ts";
 import { readCniEnv, type Verb } from "../lib/cni.ts";
-import { parseNetConf, parseNodeConfig } from "../lib/config.ts";
+import { parseNodeConfig } from "../lib/config.ts";
+import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
 import type { Invocation } from "../lib/invocation.ts";
 import type { Family } from "../lib/ip.ts";

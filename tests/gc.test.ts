@@ -1,7 +1,7 @@
 /** GC in-process: the handler over a real MiloClient answering from the in-memory stub. */
 import assert from "node:assert/strict";
 import { KEYS, nodeSelector } from "../lib/claims.ts";
-import { parseNetConf } from "../lib/config.ts";
+import { parseNetConf } from "../lib/netconf.ts";
 import { gc } from "../lib/gc.ts";
 import { API_PATH } from "../lib/milo.ts";
 import {

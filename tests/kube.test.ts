@@ -7,13 +7,8 @@ import assert from "node:assert/strict";
 import { CniError } from "../lib/errors.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
-import {
-  formatDuration,
-  parseDuration,
-  parseMaxRelease,
-  parseSweepArgs,
-  sweepCli,
-} from "../lib/sweep_cli.ts";
+import { formatDuration } from "../lib/sweep_report.ts";
+import { parseDuration, parseMaxRelease, parseSweepArgs, sweepCli } from "../lib/sweep_cli.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
 const noSleep = () => Promise.resolve();

@@ -2,7 +2,8 @@ import assert from "node:assert/strict";
 import { leaseOf } from "../lib/claims.ts";
 import { CniError } from "../lib/errors.ts";
 import { formatCidr } from "../lib/ip.ts";
-import { type ClientOptions, MiloClient, retryAfterMs } from "../lib/milo.ts";
+import { retryAfterMs } from "../lib/http.ts";
+import { type ClientOptions, MiloClient } from "../lib/milo.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
 const fixture = (name: string): unknown =>

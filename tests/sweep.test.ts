@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { MiloClient } from "../lib/milo.ts";
-import { sweep, type SweepOptions, type SweepReport } from "../lib/sweep.ts";
+import { sweep, type SweepOptions } from "../lib/sweep.ts";
+import type { SweepReport } from "../lib/sweep_report.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
 const CLUSTER = "cluster-a";

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { claimName, KEYS, labelValue, ownership } from "../lib/claims.ts";
 import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/cni.ts";
-import { parseNetConf, parseNodeConfig, readNodeConfig } from "../lib/config.ts";
+import { parseNodeConfig, readNodeConfig } from "../lib/config.ts";
+import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";

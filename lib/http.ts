@@ -1,0 +1,162 @@
+/**
+ * What both API clients (Milo and Kubernetes) share below `fetch`: files read
+ * with sandbox-aware errors, the token's shape, TLS material into one HTTP
+ * client with proxies dropped from the environment, bodies read up to a cap,
+ * `Retry-After`, and the classification of fetch failures.
+ */
+import type { NodeConfig } from "./config.ts";
+import { CniError, errorText } from "./errors.ts";
+import { PROXY_ENV_VARS } from "./permissions.ts";
+
+/** A token: one line of visible ASCII without inner whitespace. */
+const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
+
+/** The token in a file's text (one trailing newline allowed), or undefined when it is not one. */
+export function tokenOf(text: string): string | undefined {
+  const t = text.replace(/\r?\n$/, "");
+  return TOKEN_SHAPE.test(t) ? t : undefined;
+}
+
+/** Reads a file the config names; a sandbox refusal is code 106, anything else config (7). */
+export async function readConfigFile(field: string, path: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (err) {
+    if (err instanceof Deno.errors.NotCapable) {
+      throw new CniError(
+        "sandbox",
+        `the permission sandbox refused reading ${field} ${path}`,
+        errorText(err),
+      );
+    }
+    throw new CniError("config", `field ${field}: cannot read ${path}`, errorText(err));
+  }
+}
+
+/** Reads and checks the Milo bearer token; errors name the file, never its content. */
+export async function readToken(node: NodeConfig): Promise<string> {
+  const file = node.milo.tokenFile;
+  const text = await readConfigFile("milo.tokenFile", file);
+  const token = tokenOf(text);
+  if (token === undefined) {
+    throw new CniError(
+      "config",
+      `field milo.tokenFile: ${file} does not hold one token`,
+      text.trim()
+        ? "the token must be one line of visible ASCII without spaces (after a rotation, " +
+          "write the new token alone, then rename it over the file)"
+        : "the file is empty",
+    );
+  }
+  return token;
+}
+
+/** Removes proxy variables from the environment so fetch never sends the token through one. */
+export function dropProxyEnv(): void {
+  for (const k of PROXY_ENV_VARS) {
+    try {
+      Deno.env.delete(k);
+    } catch {
+      // Not granted: then Deno cannot read it either.
+    }
+  }
+}
+
+/** The files and proxy an HTTP client to Milo is built from. */
+export interface TlsMaterial {
+  ca?: string;
+  cert?: string;
+  key?: string;
+  proxy?: string;
+}
+
+/** Reads the node's CA, client certificate and key (each file when configured). */
+export async function readTlsMaterial(node: NodeConfig): Promise<TlsMaterial> {
+  const m = node.milo;
+  const [ca, cert, key] = await Promise.all([
+    m.caFile ? readConfigFile("milo.caFile", m.caFile) : undefined,
+    m.certFile ? readConfigFile("milo.certFile", m.certFile) : undefined,
+    m.keyFile ? readConfigFile("milo.keyFile", m.keyFile) : undefined,
+  ]);
+  return { ca, cert, key, proxy: m.proxy };
+}
+
+/** An HTTP client for the material, or undefined when the defaults do. */
+export function createHttpClient(
+  t: TlsMaterial,
+  what = "milo.caFile/certFile/keyFile",
+): Deno.HttpClient | undefined {
+  dropProxyEnv();
+  if (!t.ca && !t.cert && !t.proxy) return undefined;
+  try {
+    return Deno.createHttpClient({
+      ...(t.ca ? { caCerts: [t.ca] } : {}),
+      ...(t.cert && t.key ? { cert: t.cert, key: t.key } : {}),
+      ...(t.proxy ? { proxy: { url: t.proxy } } : {}),
+    });
+  } catch (err) {
+    throw new CniError("config", `cannot load TLS material from ${what}`, errorText(err));
+  }
+}
+
+/** The HTTP client for the node's TLS material and proxy, or undefined for the default. */
+export async function httpClientFor(node: NodeConfig): Promise<Deno.HttpClient | undefined> {
+  return createHttpClient(await readTlsMaterial(node));
+}
+
+/**
+ * A response body as text, read up to `max` bytes; more is refused with the
+ * error `tooBig` makes (the rest is never read).
+ */
+export async function readCapped(
+  res: Response,
+  max: number,
+  tooBig: () => CniError,
+): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > max) {
+      await reader.cancel();
+      throw tooBig();
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(total);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** Parses `Retry-After` (seconds or HTTP date) into milliseconds. */
+export function retryAfterMs(value: string | null): number | undefined {
+  if (!value) return undefined;
+  if (/^\d+$/.test(value.trim())) return Number(value.trim()) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+}
+
+/** True for a request that timed out or was aborted. */
+export function isTimeout(err: unknown): boolean {
+  return err instanceof DOMException && (err.name === "TimeoutError" || err.name === "AbortError");
+}
+
+/** True when the sandbox refused (also as the cause of a fetch TypeError). */
+export function isNotCapable(err: unknown): boolean {
+  return err instanceof Deno.errors.NotCapable ||
+    err instanceof Error && (err.name === "NotCapable" || isNotCapable(err.cause));
+}
+
+/** True when TLS verification failed. */
+export function isTlsFailure(err: unknown): boolean {
+  const text = err instanceof Error ? `${err.message} ${String(err.cause ?? "")}` : "";
+  return /certificate|UnknownIssuer|InvalidCertificate/i.test(text);
+}
