@@ -10,7 +10,7 @@
  */
 import { parseArgs } from "node:util";
 import { KEYS } from "../lib/claims.ts";
-import { startMiloDev } from "../testing/milo_dev.ts";
+import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { DEMO_SEED as SEED, DEMO_TOKEN as TOKEN } from "../testing/seeds.ts";
 import { execCni, type ExecResult } from "./cni_exec.ts";
 import { install, type Installed } from "./install.ts";
@@ -33,6 +33,172 @@ interface Pod {
 const say = (s = "") => console.log(s);
 const heading = (s: string) => say(`\n== ${s}`);
 
+/** What every step of the story uses. */
+interface Demo {
+  milo: MiloDev;
+  run(pod: Pod, command: string, extra?: Record<string, unknown>, totalMs?: number): Promise<
+    ExecResult
+  >;
+}
+
+function netConf(cluster: string, totalMs = 5000) {
+  return {
+    cniVersion: "1.1.0",
+    name: "vpc-7b3e",
+    type: "galactic-veth",
+    vpc: "vpc-7b3e",
+    vpcattachment: `vpc-7b3e-${cluster}`,
+    ipam: {
+      type: "milo-ipam",
+      classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+      scope: {
+        network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+      },
+      gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
+      timeouts: { requestMs: 500, totalMs },
+    },
+  };
+}
+
+/** One install per cluster, as each cluster's nodes have their own node config. */
+async function installClusters(dir: string, milo: MiloDev): Promise<Record<string, Installed>> {
+  const tokenFile = `${dir}/token`;
+  await Deno.writeTextFile(tokenFile, TOKEN);
+  const installs: Record<string, Installed> = {};
+  for (const cluster of new Set(NODES.map((n) => n.cluster))) {
+    const nodeConfig = `${dir}/${cluster}/node.json`;
+    await Deno.mkdir(`${dir}/${cluster}`, { recursive: true });
+    await Deno.writeTextFile(
+      nodeConfig,
+      JSON.stringify({
+        milo: {
+          url:
+            `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane`,
+          tokenFile,
+        },
+        cluster,
+        log: { file: `${dir}/milo-ipam.log` },
+        resultsDir: `${dir}/results`,
+        stateDir: `${dir}/${cluster}/state`,
+      }),
+    );
+    installs[cluster] = await install({
+      dir: `${dir}/${cluster}/bin`,
+      config: nodeConfig,
+      quiet: true,
+    });
+  }
+  heading("Install");
+  for (const [cluster, i] of Object.entries(installs)) {
+    say(`${cluster}: ${i.path} (${i.kind}) with ${i.flags.join(" ")}`);
+  }
+  return installs;
+}
+
+function runner(installs: Record<string, Installed>): Demo["run"] {
+  return (pod, command, extra = {}, totalMs) =>
+    execCni(installs[pod.cluster].path, {
+      env: {
+        CNI_COMMAND: command,
+        CNI_CONTAINERID: pod.containerId,
+        CNI_IFNAME: "eth0",
+        CNI_NETNS: `/var/run/netns/${pod.name}`,
+        CNI_ARGS:
+          `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod.name};K8S_POD_UID=${pod.containerId}`,
+        NODE_NAME: pod.node,
+      },
+      stdin: { ...netConf(pod.cluster, totalMs), ...extra },
+    });
+}
+
+const describe = (r: ExecResult) => r.code === 0 ? "ok" : `error ${r.json?.code}: ${r.json?.msg}`;
+const addresses = (r: Record<string, unknown> | undefined) =>
+  ((r?.ips ?? []) as { address: string }[]).map((i) => i.address).join("  ");
+
+async function addAll(d: Demo, pods: Pod[]): Promise<void> {
+  heading(`ADD: ${pods.length} pods on two clusters at once`);
+  const adds = await Promise.all(pods.map((p) => d.run(p, "ADD")));
+  adds.forEach((r, i) => {
+    pods[i].result = r.json;
+    say(
+      `${pods[i].cluster}/${pods[i].node}  ${pods[i].name.padEnd(10)}  ${
+        r.code === 0 ? addresses(r.json) : describe(r)
+      }  (${Math.round(r.ms)} ms)`,
+    );
+  });
+  if (adds.some((r) => r.code !== 0)) throw new Error("an ADD failed; see above");
+  const v4 = adds.map((r) => ((r.json?.ips ?? []) as { address: string }[])[0]?.address);
+  say(`distinct IPv4 addresses: ${new Set(v4).size} of ${pods.length}`);
+}
+
+async function checks(d: Demo, pods: Pod[]): Promise<void> {
+  heading("CHECK every pod against Milo");
+  const all = await Promise.all(pods.map((p) => d.run(p, "CHECK", { prevResult: p.result })));
+  say(`${all.filter((r) => r.code === 0).length}/${pods.length} CHECK ok`);
+
+  heading("A lease is deleted behind the plugin's back; CHECK catches it");
+  const victim = pods[0];
+  const [claim] = await d.milo.listClaims(
+    "tenant-a",
+    `${KEYS.podName}=${victim.name},${KEYS.family}=ipv4`,
+  );
+  const del = await d.milo.fetch(
+    `${d.milo.url}/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims/${claim.metadata.name}`,
+    { method: "DELETE", headers: { authorization: `Bearer ${TOKEN}` } },
+  );
+  await del.body?.cancel();
+  say(`DELETE ${claim.metadata.name} directly in Milo: HTTP ${del.status}`);
+  const caught = await d.run(victim, "CHECK", { prevResult: victim.result });
+  say(`CHECK ${victim.name}: ${JSON.stringify(caught.json)}`);
+}
+
+async function deletes(d: Demo, pods: Pod[]): Promise<void> {
+  heading("DEL: four pods go away (each DEL sent twice, as runtimes may)");
+  for (const p of [pods[0], ...pods.slice(4, 7)]) {
+    const a = await d.run(p, "DEL"), b = await d.run(p, "DEL");
+    say(`DEL ${p.name}: ${describe(a)}, again: ${describe(b)}`);
+  }
+}
+
+async function outage(d: Demo): Promise<void> {
+  heading("Milo outage: the plugin fails fast and bounded, never allocates locally");
+  await d.milo.setFaults({ down: true });
+  const newcomer: Pod = { ...NODES[0], name: "web-late", containerId: "late" + Date.now() };
+  const down = await d.run(newcomer, "ADD", {}, 2000);
+  say(`ADD during outage (totalMs 2000): ${describe(down)} after ${Math.round(down.ms)} ms`);
+  await d.milo.clearFaults();
+  const back = await d.run(newcomer, "ADD");
+  say(`ADD retried after Milo is back: ${describe(back)} ${addresses(back.json)}`);
+}
+
+async function inventory(milo: MiloDev): Promise<void> {
+  heading("Milo's inventory (pod leases by cluster and node)");
+  const claims = await milo.listClaims("tenant-a");
+  const groups = new Map<string, string[]>();
+  for (const c of claims) {
+    const a = c.metadata.annotations ?? {};
+    const k = `${a[KEYS.cluster]}/${a[KEYS.node]}`;
+    groups.set(k, [...(groups.get(k) ?? []), `${a[KEYS.pod]} ${c.status.allocatedCIDR}`]);
+  }
+  for (const [k, leases] of [...groups].sort()) {
+    say(`${k}:`);
+    for (const l of leases.sort()) say(`    ${l}`);
+  }
+  const pools = await milo.fetch(`${milo.url}/apis/ipam.miloapis.com/v1alpha1/ippools`, {
+    headers: { authorization: `Bearer ${TOKEN}` },
+  }).then((r) => r.json());
+  heading("Utilization");
+  for (const p of pools.items) {
+    const c = p.status.capacity;
+    say(
+      `${p.metadata.name.padEnd(18)} ${
+        p.spec.cidr.padEnd(18)
+      } allocated ${c.allocated} of ${c.total} (${p.status.utilizationPercent}%)`,
+    );
+  }
+  say(`\npage: ${milo.url}/`);
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({ args: Deno.args, options: { keep: { type: "boolean" } } });
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-demo-" });
@@ -41,78 +207,7 @@ async function main(): Promise<void> {
     heading("Milo");
     say(`milo-dev (development server, not a production backend) at ${milo.url}`);
     say(`utilization page: ${milo.url}/`);
-
-    const tokenFile = `${dir}/token`;
-    await Deno.writeTextFile(tokenFile, TOKEN);
-    const netConf = (cluster: string, totalMs = 5000) => ({
-      cniVersion: "1.1.0",
-      name: "vpc-7b3e",
-      type: "galactic-veth",
-      vpc: "vpc-7b3e",
-      vpcattachment: `vpc-7b3e-${cluster}`,
-      ipam: {
-        type: "milo-ipam",
-        classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
-        scope: {
-          network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
-        },
-        gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
-        timeouts: { requestMs: 500, totalMs },
-      },
-    });
-    // One install per cluster, as each cluster's nodes have their own node config.
-    const installs: Record<string, Installed> = {};
-    for (const cluster of new Set(NODES.map((n) => n.cluster))) {
-      const nodeConfig = `${dir}/${cluster}/node.json`;
-      await Deno.mkdir(`${dir}/${cluster}`, { recursive: true });
-      await Deno.writeTextFile(
-        nodeConfig,
-        JSON.stringify({
-          milo: {
-            url:
-              `${milo.url}/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane`,
-            tokenFile,
-          },
-          cluster,
-          log: { file: `${dir}/milo-ipam.log` },
-          resultsDir: `${dir}/results`,
-          stateDir: `${dir}/${cluster}/state`,
-        }),
-      );
-      installs[cluster] = await install({
-        dir: `${dir}/${cluster}/bin`,
-        config: nodeConfig,
-        quiet: true,
-      });
-    }
-    heading("Install");
-    for (const [cluster, i] of Object.entries(installs)) {
-      say(`${cluster}: ${i.path} (${i.kind}) with ${i.flags.join(" ")}`);
-    }
-
-    const run = (
-      pod: Pod,
-      command: string,
-      extra: Record<string, unknown> = {},
-      totalMs?: number,
-    ) =>
-      execCni(installs[pod.cluster].path, {
-        env: {
-          CNI_COMMAND: command,
-          CNI_CONTAINERID: pod.containerId,
-          CNI_IFNAME: "eth0",
-          CNI_NETNS: `/var/run/netns/${pod.name}`,
-          CNI_ARGS:
-            `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod.name};K8S_POD_UID=${pod.containerId}`,
-          NODE_NAME: pod.node,
-        },
-        stdin: { ...netConf(pod.cluster, totalMs), ...extra },
-      });
-    const describe = (r: ExecResult) =>
-      r.code === 0 ? "ok" : `error ${r.json?.code}: ${r.json?.msg}`;
-    const addresses = (r: Record<string, unknown> | undefined) =>
-      ((r?.ips ?? []) as { address: string }[]).map((i) => i.address).join("  ");
-
+    const d: Demo = { milo, run: runner(await installClusters(dir, milo)) };
     const pods: Pod[] = NODES.flatMap((n, i) =>
       Array.from({ length: 3 }, (_, j) => ({
         ...n,
@@ -120,80 +215,11 @@ async function main(): Promise<void> {
         containerId: `c${i}${j}${crypto.randomUUID().replaceAll("-", "")}`,
       }))
     );
-
-    heading(`ADD: ${pods.length} pods on two clusters at once`);
-    const adds = await Promise.all(pods.map((p) => run(p, "ADD")));
-    adds.forEach((r, i) => {
-      pods[i].result = r.json;
-      say(
-        `${pods[i].cluster}/${pods[i].node}  ${pods[i].name.padEnd(10)}  ${
-          r.code === 0 ? addresses(r.json) : describe(r)
-        }  (${Math.round(r.ms)} ms)`,
-      );
-    });
-    if (adds.some((r) => r.code !== 0)) throw new Error("an ADD failed; see above");
-    const v4 = adds.map((r) => ((r.json?.ips ?? []) as { address: string }[])[0]?.address);
-    say(`distinct IPv4 addresses: ${new Set(v4).size} of ${pods.length}`);
-
-    heading("CHECK every pod against Milo");
-    const checks = await Promise.all(pods.map((p) => run(p, "CHECK", { prevResult: p.result })));
-    say(`${checks.filter((r) => r.code === 0).length}/${pods.length} CHECK ok`);
-
-    heading("A lease is deleted behind the plugin's back; CHECK catches it");
-    const victim = pods[0];
-    const [claim] = await milo.listClaims(
-      "tenant-a",
-      `${KEYS.podName}=${victim.name},${KEYS.family}=ipv4`,
-    );
-    const del = await milo.fetch(
-      `${milo.url}/apis/ipam.miloapis.com/v1alpha1/namespaces/default/ipclaims/${claim.metadata.name}`,
-      { method: "DELETE", headers: { authorization: `Bearer ${TOKEN}` } },
-    );
-    await del.body?.cancel();
-    say(`DELETE ${claim.metadata.name} directly in Milo: HTTP ${del.status}`);
-    const caught = await run(victim, "CHECK", { prevResult: victim.result });
-    say(`CHECK ${victim.name}: ${JSON.stringify(caught.json)}`);
-
-    heading("DEL: four pods go away (each DEL sent twice, as runtimes may)");
-    for (const p of [victim, ...pods.slice(4, 7)]) {
-      const a = await run(p, "DEL"), b = await run(p, "DEL");
-      say(`DEL ${p.name}: ${describe(a)}, again: ${describe(b)}`);
-    }
-
-    heading("Milo outage: the plugin fails fast and bounded, never allocates locally");
-    await milo.setFaults({ down: true });
-    const newcomer: Pod = { ...NODES[0], name: "web-late", containerId: "late" + Date.now() };
-    const down = await run(newcomer, "ADD", {}, 2000);
-    say(`ADD during outage (totalMs 2000): ${describe(down)} after ${Math.round(down.ms)} ms`);
-    await milo.clearFaults();
-    const back = await run(newcomer, "ADD");
-    say(`ADD retried after Milo is back: ${describe(back)} ${addresses(back.json)}`);
-
-    heading("Milo's inventory (pod leases by cluster and node)");
-    const claims = await milo.listClaims("tenant-a");
-    const groups = new Map<string, string[]>();
-    for (const c of claims) {
-      const a = c.metadata.annotations ?? {};
-      const k = `${a[KEYS.cluster]}/${a[KEYS.node]}`;
-      groups.set(k, [...(groups.get(k) ?? []), `${a[KEYS.pod]} ${c.status.allocatedCIDR}`]);
-    }
-    for (const [k, leases] of [...groups].sort()) {
-      say(`${k}:`);
-      for (const l of leases.sort()) say(`    ${l}`);
-    }
-    const pools = await milo.fetch(`${milo.url}/apis/ipam.miloapis.com/v1alpha1/ippools`, {
-      headers: { authorization: `Bearer ${TOKEN}` },
-    }).then((r) => r.json());
-    heading("Utilization");
-    for (const p of pools.items) {
-      const c = p.status.capacity;
-      say(
-        `${p.metadata.name.padEnd(18)} ${
-          p.spec.cidr.padEnd(18)
-        } allocated ${c.allocated} of ${c.total} (${p.status.utilizationPercent}%)`,
-      );
-    }
-    say(`\npage: ${milo.url}/`);
+    await addAll(d, pods);
+    await checks(d, pods);
+    await deletes(d, pods);
+    await outage(d);
+    await inventory(milo);
     if (values.keep) {
       say("milo-dev keeps running; Ctrl-C to stop and clean up.");
       const { promise, resolve } = Promise.withResolvers<void>();

@@ -100,24 +100,7 @@ export async function installPlugin(o: {
   const writeNode = (v: Record<string, unknown>) =>
     Deno.writeTextFile(nodeConfig, JSON.stringify(v, null, 2));
   await writeNode(node);
-  const baseIpam = {
-    type: "milo-ipam",
-    classes: o.classes ?? { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
-    scope: {
-      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
-    },
-    gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
-  };
-  const netConf = (ipam: Record<string, unknown> = {}, top: Record<string, unknown> = {}) => ({
-    cniVersion: "1.1.0",
-    name: "vpc-7b3e",
-    type: "bridge",
-    bridge: "cni0",
-    vpc: "vpc-7b3e",
-    vpcattachment: "vpc-7b3e-attach-1",
-    ipam: { ...baseIpam, ...ipam },
-    ...top,
-  });
+  const netConf = netConfFor(o.classes);
   const installed = await install({
     dir: `${dir}/bin`,
     config: nodeConfig,
@@ -125,35 +108,41 @@ export async function installPlugin(o: {
     kube: o.kube,
     quiet: true,
   });
-  const run = async (r: RunOptions): Promise<RunResult> => {
-    const env: Record<string, string> = {
-      PATH: "/usr/sbin:/usr/bin:/sbin:/bin",
-      CNI_COMMAND: r.command,
-      CNI_CONTAINERID: r.containerId ?? "",
-      CNI_IFNAME: r.ifname ?? "eth0",
-      CNI_NETNS: r.netns ?? "/var/run/netns/test",
-      CNI_PATH: `${dir}/bin`,
-      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${r.podNamespace ?? "shop"};K8S_POD_NAME=${
-        r.podName ?? "web-0"
-      };K8S_POD_UID=uid-${r.containerId ?? "none"}`,
-    };
-    for (const [k, v] of Object.entries(r.env ?? {})) {
-      if (v === undefined) delete env[k];
-      else env[k] = v;
-    }
-    for (const k of Object.keys(env)) if (env[k] === "") delete env[k];
-    return await execCni(installed.path, {
-      env,
-      args: r.args,
-      stdin: r.stdin,
-      timeoutMs: r.timeoutMs,
-    });
-  };
-  let agent: Deno.ChildProcess | undefined;
+  const run = (r: RunOptions) => runAs(installed.path, dir, r);
   const socket = (node.agent as { socket?: string } | undefined)?.socket;
+  const { startAgent, stopAgent } = agentControl(installed.path, socket);
+  return {
+    installed,
+    dir,
+    socket,
+    startAgent,
+    stopAgent,
+    tokenFile,
+    logFile,
+    nodeConfig,
+    resultsDir,
+    stateDir,
+    node,
+    setNode: (over) => writeNode({ ...node, ...over }),
+    netConf,
+    run,
+    logLines: async () =>
+      (await Deno.readTextFile(logFile).catch(() => "")).split("\n").filter(Boolean).map((l) =>
+        JSON.parse(l)
+      ),
+    cleanup: async () => {
+      await stopAgent("SIGKILL");
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/** Starts and stops `milo-ipam agent` from an install, as a DaemonSet container would. */
+function agentControl(path: string, socket: string | undefined) {
+  let agent: Deno.ChildProcess | undefined;
   const startAgent = async (extraEnv: Record<string, string> = {}) => {
     if (!socket) throw new Error("installPlugin({ agent: true }) gives the node config an agent");
-    agent = new Deno.Command(installed.path, {
+    agent = new Deno.Command(path, {
       args: ["agent"],
       env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", ...extraEnv },
       clearEnv: true,
@@ -191,28 +180,48 @@ export async function installPlugin(o: {
     } catch { /* gone */ }
     await a.status;
   };
-  return {
-    installed,
-    dir,
-    socket,
-    startAgent,
-    stopAgent,
-    tokenFile,
-    logFile,
-    nodeConfig,
-    resultsDir,
-    stateDir,
-    node,
-    setNode: (over) => writeNode({ ...node, ...over }),
-    netConf,
-    run,
-    logLines: async () =>
-      (await Deno.readTextFile(logFile).catch(() => "")).split("\n").filter(Boolean).map((l) =>
-        JSON.parse(l)
-      ),
-    cleanup: async () => {
-      await stopAgent("SIGKILL");
-      await Deno.remove(dir, { recursive: true });
+  return { startAgent, stopAgent };
+}
+
+/** A bridge network config delegating to milo-ipam; `ipam` and `top` override fields. */
+function netConfFor(classes?: Record<string, string>) {
+  const baseIpam = {
+    type: "milo-ipam",
+    classes: classes ?? { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+    scope: {
+      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
     },
+    gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
   };
+  return (ipam: Record<string, unknown> = {}, top: Record<string, unknown> = {}) => ({
+    cniVersion: "1.1.0",
+    name: "vpc-7b3e",
+    type: "bridge",
+    bridge: "cni0",
+    vpc: "vpc-7b3e",
+    vpcattachment: "vpc-7b3e-attach-1",
+    ipam: { ...baseIpam, ...ipam },
+    ...top,
+  });
+}
+
+/** Runs the installed file with a runtime's CNI environment (empty values are left out). */
+async function runAs(path: string, dir: string, r: RunOptions): Promise<RunResult> {
+  const env: Record<string, string> = {
+    PATH: "/usr/sbin:/usr/bin:/sbin:/bin",
+    CNI_COMMAND: r.command,
+    CNI_CONTAINERID: r.containerId ?? "",
+    CNI_IFNAME: r.ifname ?? "eth0",
+    CNI_NETNS: r.netns ?? "/var/run/netns/test",
+    CNI_PATH: `${dir}/bin`,
+    CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${r.podNamespace ?? "shop"};K8S_POD_NAME=${
+      r.podName ?? "web-0"
+    };K8S_POD_UID=uid-${r.containerId ?? "none"}`,
+  };
+  for (const [k, v] of Object.entries(r.env ?? {})) {
+    if (v === undefined) delete env[k];
+    else env[k] = v;
+  }
+  for (const k of Object.keys(env)) if (env[k] === "") delete env[k];
+  return await execCni(path, { env, args: r.args, stdin: r.stdin, timeoutMs: r.timeoutMs });
 }
