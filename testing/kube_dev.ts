@@ -6,8 +6,15 @@
  * API server: no watch, no writes over HTTP, no consistent list snapshots.
  *
  * `KubeDevApi.handle` answers a `Request` in-process (a `fetch` stub for unit
- * tests); `startKubeDev` serves it on 127.0.0.1, optionally over TLS.
+ * tests); `startKubeDev` serves it on 127.0.0.1, optionally over TLS. Run as
+ * a program it serves the pods, nodes and faults of a state file, re-read when
+ * the file changes (the e2e runs it in a network namespace and writes the pods
+ * its runtime created):
+ *
+ *   deno run -A testing/kube_dev.ts --listen HOST:PORT --state FILE
+ *       [--cert FILE --key FILE] [--token TOKEN]
  */
+import { parseArgs } from "node:util";
 import { makeTestCA } from "./testca.ts";
 
 /** What a test says about a pod; the rest is filled in. */
@@ -108,6 +115,13 @@ export class KubeStore {
   removeNode(name: string): boolean {
     this.#rv++;
     return this.#nodes.delete(name);
+  }
+
+  /** Removes every pod and node. */
+  clear(): void {
+    this.#rv++;
+    this.#pods.clear();
+    this.#nodes.clear();
   }
 
   /** Every pod, sorted by namespace/name (the list order). */
@@ -304,3 +318,69 @@ export async function startKubeDev(o: KubeDevOptions = {}): Promise<KubeDev> {
     },
   };
 }
+
+/** What a state file holds: the pods and nodes served, and the faults switched on. */
+export interface KubeDevState {
+  pods: PodInput[];
+  nodes: string[];
+  faults?: Partial<KubeDevFaults>;
+}
+
+/** Replaces everything the stand-in serves with `state`. */
+export function loadState(api: KubeDevApi, state: KubeDevState): void {
+  api.store.clear();
+  for (const p of state.pods) api.store.addPod(p);
+  for (const n of state.nodes) api.store.addNode(n);
+  Object.assign(
+    api.faults,
+    { failLists: false, emptyLists: false, forbidden: false },
+    state.faults,
+  );
+}
+
+/** Writes a state file atomically (beside it, then rename), so the server never reads half. */
+export async function writeState(path: string, state: KubeDevState): Promise<void> {
+  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  await Deno.writeTextFile(tmp, JSON.stringify(state));
+  await Deno.rename(tmp, path);
+}
+
+function serveStateFile(args: string[]): void {
+  const { values } = parseArgs({
+    args,
+    options: {
+      listen: { type: "string", default: "127.0.0.1:0" },
+      state: { type: "string" },
+      cert: { type: "string" },
+      key: { type: "string" },
+      token: { type: "string" },
+    },
+  });
+  if (!values.state) throw new Error("--state FILE is required");
+  const statePath = values.state;
+  const api = new KubeDevApi({ token: values.token });
+  let seen = "";
+  const refresh = () => {
+    const text = Deno.readTextFileSync(statePath);
+    if (text !== seen) {
+      loadState(api, JSON.parse(text));
+      seen = text;
+    }
+  };
+  refresh();
+  const at = values.listen.lastIndexOf(":");
+  const pem = values.cert && values.key
+    ? { cert: Deno.readTextFileSync(values.cert), key: Deno.readTextFileSync(values.key) }
+    : {};
+  Deno.serve({
+    hostname: values.listen.slice(0, at),
+    port: Number(values.listen.slice(at + 1)),
+    onListen: (a) => console.log(`kube-dev listening on ${a.hostname}:${a.port}`),
+    ...pem,
+  }, (req) => {
+    refresh();
+    return api.handle(req);
+  });
+}
+
+if (import.meta.main) serveStateFile(Deno.args);
