@@ -6,17 +6,19 @@ import { API_PATH } from "../lib/milo.ts";
 import {
   CONTAINER_ID,
   existingClaim,
-  fixture,
   invocation,
   type InvocationOptions,
+  rejectsWith,
+  withTempDir,
+} from "../testing/stub_invocation.ts";
+import {
+  fixture,
   type Json,
   refused,
-  rejectsWith,
   reply,
   statusReply,
   STUB_TOKEN,
   StubMilo,
-  withTempDir,
 } from "../testing/stub_milo.ts";
 
 const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;

@@ -7,12 +7,10 @@ import {
   CONTAINER_ID,
   existingClaim,
   invocation,
-  type Json,
-  refused,
   rejectsWith,
-  StubMilo,
   withTempDir,
-} from "../testing/stub_milo.ts";
+} from "../testing/stub_invocation.ts";
+import { type Json, refused, StubMilo } from "../testing/stub_milo.ts";
 
 const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };

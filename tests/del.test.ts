@@ -9,11 +9,9 @@ import {
   invocation,
   type InvocationOptions,
   rejectsWith,
-  reply,
-  statusReply,
-  StubMilo,
   withTempDir,
-} from "../testing/stub_milo.ts";
+} from "../testing/stub_invocation.ts";
+import { reply, statusReply, StubMilo } from "../testing/stub_milo.ts";
 
 const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };

@@ -8,15 +8,11 @@ import {
   existingClaim,
   invocation,
   type InvocationOptions,
-  type Json,
   NET_CONF,
   rejectsWith,
-  reply,
-  statusReply,
-  StubMilo,
-  type WireClaim,
   withTempDir,
-} from "../testing/stub_milo.ts";
+} from "../testing/stub_invocation.ts";
+import { type Json, reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 const T0 = Date.now();

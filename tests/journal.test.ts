@@ -9,10 +9,9 @@ import {
   invocation,
   type InvocationOptions,
   rejectsWith,
-  statusReply,
-  StubMilo,
   withTempDir,
-} from "../testing/stub_milo.ts";
+} from "../testing/stub_invocation.ts";
+import { statusReply, StubMilo } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 const attachment = (containerId: string) => ({

@@ -4,15 +4,8 @@ import { claimName } from "../lib/claims.ts";
 import type { NodeConfig } from "../lib/config.ts";
 import { Journal } from "../lib/journal.ts";
 import { reconcile, type ReconcileReport, stateFileOf } from "../lib/reconcile.ts";
-import {
-  existingClaim,
-  invocation,
-  reply,
-  statusReply,
-  StubMilo,
-  type WireClaim,
-  withTempDir,
-} from "../testing/stub_milo.ts";
+import { existingClaim, invocation, withTempDir } from "../testing/stub_invocation.ts";
+import { reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const GRACE_MS = 300_000;
 
