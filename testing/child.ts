@@ -159,3 +159,33 @@ export async function eachLine(
     }
   } catch { /* closed */ }
 }
+
+/**
+ * Reads `stream` until its text contains `needle` (true) or it ends or
+ * `timeoutMs` passes (false), then keeps draining it in the background so the
+ * child never blocks on a full pipe. Answers what was read.
+ */
+export async function waitForText(
+  stream: ReadableStream<Uint8Array>,
+  needle: string,
+  timeoutMs: number,
+): Promise<{ found: boolean; said: string }> {
+  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  const timer = setTimeout(() => reader.cancel(), timeoutMs);
+  let said = "";
+  try {
+    while (!said.includes(needle)) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      said += value;
+    }
+  } catch {
+    /* cancelled */
+  } finally {
+    clearTimeout(timer);
+  }
+  (async () => {
+    while (!(await reader.read().catch(() => ({ done: true }))).done) { /* drain */ }
+  })();
+  return { found: said.includes(needle), said };
+}

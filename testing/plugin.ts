@@ -1,6 +1,7 @@
 /** Test support: install milo-ipam into a temp dir and run it the way a CNI runtime does. */
 import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
 import { install, type Installed } from "../scripts/install.ts";
+import { waitForText } from "./child.ts";
 
 /** What one plugin process did. */
 export type RunResult = ExecResult;
@@ -151,22 +152,8 @@ function agentControl(path: string, socket: string | undefined) {
       stderr: "piped",
     }).spawn();
     // Ready when it says so on stderr (a stale socket file may exist before it binds).
-    const lines = agent.stderr.pipeThrough(new TextDecoderStream()).getReader();
-    let said = "";
-    const timer = setTimeout(() => lines.cancel(), 10_000);
-    try {
-      while (!said.includes("listening on")) {
-        const { value, done } = await lines.read();
-        if (done) break;
-        said += value;
-      }
-    } finally {
-      clearTimeout(timer);
-    }
-    (async () => {
-      while (!(await lines.read().catch(() => ({ done: true }))).done) { /* drain */ }
-    })();
-    if (said.includes("listening on")) return;
+    const { found, said } = await waitForText(agent.stderr, "listening on", 10_000);
+    if (found) return;
     agent.kill("SIGKILL");
     await agent.status;
     throw new Error(`the agent did not listen on ${socket} within 10 s: ${said}`);
