@@ -135,6 +135,10 @@ export class Agent {
       const got = await Promise.race([read, late]).finally(() => clearTimeout(timer));
       if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
       const [header, stdin] = got;
+      // A caller that is gone (killed by its runtime) must not have its work finished later:
+      // the runtime's DEL of the same attachment may already have run.
+      const gone = new AbortController();
+      reader.closed().then(() => gone.abort());
       const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
       // Frames go out one after the other: the ack may still be writing when the reply is ready.
       let sending = Promise.resolve();
@@ -142,7 +146,7 @@ export class Agent {
         sending = sending.then(() => writeJson(conn, frame)).catch(() => {});
       const reply = await invoke({ env, stdin, started: header.started }, {
         nodeConfig: () => readNodeConfig(env),
-        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
+        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone.signal),
         onDeadline: (deadline, cniVersion) => void send({ kind: "ack", deadline, cniVersion }),
       });
       const stdout = reply.stdout ? JSON.stringify(reply.stdout) + "\n" : "";
@@ -170,7 +174,12 @@ export class Agent {
     }
   }
 
-  async #open(node: NodeConfig, requestMs: number, deadline: number): Promise<MiloClient> {
+  async #open(
+    node: NodeConfig,
+    requestMs: number,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<MiloClient> {
     let token: string;
     try {
       token = await readToken(node);
@@ -185,6 +194,7 @@ export class Agent {
       requestMs,
       deadline,
       client: await this.#warm.for(node),
+      signal,
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });

@@ -66,6 +66,19 @@ export class FrameReader {
     return frame;
   }
 
+  /**
+   * Resolves when the peer closes its end or the connection fails (the
+   * caller's process is gone); bytes that arrive meanwhile are dropped.
+   */
+  async closed(): Promise<void> {
+    const chunk = new Uint8Array(4096);
+    try {
+      while ((await this.#conn.read(chunk)) !== null) { /* not part of the protocol */ }
+    } catch {
+      // Reset or closed here.
+    }
+  }
+
   /** The next frame as JSON, or null at end of stream. */
   async json<T>(): Promise<T | null> {
     const f = await this.next();

@@ -104,7 +104,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       node,
       attachment: attachmentOf(node, conf, cni),
       milo,
-      rollback: milo.withDeadline(final),
+      rollback: milo.withDeadline(final).unabortable(),
       journal: new Journal(node.stateDir),
       now,
     };

@@ -105,6 +105,11 @@ export interface ClientOptions {
   random?: () => number;
   /** Called after every attempt. */
   onRequest?: (e: RequestEvent) => void;
+  /**
+   * Aborted when whoever asked is gone (the agent's caller closed its
+   * connection): no request starts after it, the one in flight is cancelled.
+   */
+  signal?: AbortSignal;
 }
 
 const MAX_ATTEMPTS = 8;
@@ -140,6 +145,11 @@ export class MiloClient {
   /** The same client with another deadline (the request count is shared). */
   withDeadline(deadline: number): MiloClient {
     return new MiloClient({ ...this.#o, deadline }, this.#counter);
+  }
+
+  /** The same client that goes on when the caller is gone (to undo what was half done). */
+  unabortable(): MiloClient {
+    return new MiloClient({ ...this.#o, signal: undefined }, this.#counter);
   }
 
   /** Builds a client from the node config: reads and checks the token and TLS files. */
@@ -270,6 +280,9 @@ export class MiloClient {
     let last = "no attempt made";
     let attempts = 0;
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+      if (o.signal?.aborted) {
+        throw new CniError("transient", `${what}: stopped, the caller is gone`, last);
+      }
       const remaining = o.deadline - Date.now();
       if (remaining <= 0) break;
       let wait = this.#backoff(attempt);
@@ -282,7 +295,9 @@ export class MiloClient {
           headers,
           body: body === undefined ? undefined : JSON.stringify(body),
           redirect: "manual",
-          signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          signal: o.signal
+            ? AbortSignal.any([AbortSignal.timeout(Math.min(o.requestMs, remaining)), o.signal])
+            : AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
@@ -321,18 +336,34 @@ export class MiloClient {
         const after = retryAfterMs(res.headers.get("retry-after"));
         if (after !== undefined) wait = Math.max(wait, after);
       } catch (err) {
-        last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        last = o.signal?.aborted
+          ? "cancelled: the caller is gone"
+          : fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {
         o.onRequest?.({ method, status, attempt });
       }
       if (attempt === MAX_ATTEMPTS || Date.now() + wait >= o.deadline) break;
-      await this.#sleep(wait);
+      await this.#pause(wait);
     }
     throw new CniError(
       "transient",
       `Milo unreachable or overloaded: ${what}`,
       `${last}; gave up within the deadline after ${attempts} attempt(s)`,
     );
+  }
+
+  /** Sleeps `ms`, or less when the caller goes away meanwhile. */
+  async #pause(ms: number): Promise<void> {
+    const signal = this.#o.signal;
+    if (!signal) return await this.#sleep(ms);
+    let done = () => {};
+    const gone = new Promise<void>((r) => done = r);
+    signal.addEventListener("abort", done, { once: true });
+    try {
+      await Promise.race([this.#sleep(ms), gone]);
+    } finally {
+      signal.removeEventListener("abort", done);
+    }
   }
 
   #backoff(attempt: number): number {

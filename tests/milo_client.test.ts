@@ -321,3 +321,39 @@ Deno.test("a 404 that is not Milo's NotFound for the claim never counts as relea
   const { client } = scripted([{ status: 404, body: fixture("status-404-not-found.json") }]);
   assert.equal(await client.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"), "absent");
 });
+
+Deno.test("a caller that is gone: no request after the abort, the one in flight cancelled", async () => {
+  const gone = new AbortController();
+  const unavailable = { status: 503, body: fixture("status-503-unavailable.json") };
+  const { client, seen } = scripted([unavailable, unavailable, unavailable], {
+    signal: gone.signal,
+    sleep: () => (gone.abort(), Promise.resolve()),
+  });
+  const err = await client.getClaim("pod-1-v4").then(() => undefined, (e) => e);
+  assert.ok(err instanceof CniError);
+  assert.equal(err.code, 11);
+  assert.match(err.message, /stopped, the caller is gone/);
+  assert.equal(seen.length, 1, "no request after the abort");
+  let signalled: AbortSignal | undefined;
+  const later = new AbortController();
+  const inFlight = new MiloClient({
+    baseUrl: "https://milo.test",
+    namespace: "default",
+    token: TOKEN,
+    requestMs: 5_000,
+    deadline: Date.now() + 10_000,
+    signal: later.signal,
+    fetch: ((_: unknown, init?: RequestInit) => {
+      signalled = init?.signal ?? undefined;
+      later.abort(); // the caller goes while the request is in flight
+      return Promise.reject(new DOMException("aborted", "AbortError"));
+    }) as typeof fetch,
+  });
+  await assert.rejects(inFlight.getClaim("pod-1-v4"), /caller is gone/);
+  assert.equal(signalled?.aborted, true, "the request carried the caller's signal");
+  const undo = inFlight.unabortable();
+  await assert.rejects(
+    undo.withDeadline(Date.now() + 50).getClaim("pod-1-v4"),
+    (e) => e instanceof CniError && !/caller is gone/.test(e.message),
+  );
+});

@@ -68,6 +68,32 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
       },
     );
 
+    await t.step(
+      "a killed caller's work stops: its DEL is never undone by a late retry",
+      async () => {
+        // POST commits, then its answer hangs past requestMs; the plugin is killed at 600 ms.
+        await milo.setFaults({ hangRate: 1, hangMs: 1500, faultPoint: "after", methods: ["POST"] });
+        let add;
+        try {
+          add = await p.run({ command: "ADD", containerId: "killed", stdin: conf, timeoutMs: 600 });
+        } finally {
+          await milo.clearFaults();
+        }
+        assert.notEqual(add.code, 0, "the killed ADD did not succeed");
+        assertOk(await p.run({ command: "DEL", containerId: "killed", stdin: conf }));
+        const selector = `${KEYS.containerId}=killed`;
+        assert.equal((await milo.listClaims("tenant-a", selector)).length, 0);
+        // Past the hang and the agent's retry: an agent that went on would have re-created it.
+        await new Promise((r) => setTimeout(r, 2_500));
+        assert.equal((await milo.listClaims("tenant-a", selector)).length, 0, "no late claim");
+        const add2 = (await p.logLines()).find((l) =>
+          l.containerId === "killed" && l.verb === "ADD"
+        );
+        assert.match(String(add2?.msg), /stopped, the caller is gone/);
+        assert.match(String(add2?.details), /cancelled: the caller is gone/);
+      },
+    );
+
     await t.step("a second agent refuses to start beside a live one", async () => {
       const r = await p.run({ command: "", args: ["agent"] });
       assert.equal(r.code, 1);
