@@ -1,6 +1,6 @@
 /**
- * An HTTP agent that runs inside the milo network namespace
- * (`ip netns exec NS deno run --allow-net --allow-read e2e_agent.ts CA_FILE`)
+ * An HTTP relay that runs inside the milo network namespace
+ * (`ip netns exec NS deno run --allow-net --allow-read relay.ts CA_FILE`)
  * so the test, in the host namespace, can reach milo-dev's loopback-only
  * admin port and its API without any traffic leaving the namespaces.
  *
@@ -8,8 +8,8 @@
  * one JSON answer per stdout line `{id, status, body}` or `{id, error}`.
  */
 
-/** One request to the agent. */
-export interface AgentRequest {
+/** One request to the relay. */
+export interface RelayRequest {
   id: number;
   method: string;
   url: string;
@@ -18,8 +18,8 @@ export interface AgentRequest {
   timeoutMs?: number;
 }
 
-/** The agent's answer. */
-export interface AgentAnswer {
+/** The relay's answer. */
+export interface RelayAnswer {
   id: number;
   status?: number;
   body?: string;
@@ -31,11 +31,11 @@ async function serve(caFile: string | undefined): Promise<void> {
     ? Deno.createHttpClient({ caCerts: [await Deno.readTextFile(caFile)] })
     : undefined;
   const enc = new TextEncoder();
-  const out = (a: AgentAnswer) => Deno.stdout.writeSync(enc.encode(JSON.stringify(a) + "\n"));
+  const out = (a: RelayAnswer) => Deno.stdout.writeSync(enc.encode(JSON.stringify(a) + "\n"));
   const lines = Deno.stdin.readable.pipeThrough(new TextDecoderStream());
   let buf = "";
   const handle = async (line: string) => {
-    let req: AgentRequest;
+    let req: RelayRequest;
     try {
       req = JSON.parse(line);
     } catch {

@@ -1,6 +1,7 @@
 /**
- * Test support for the end-to-end suite: network namespaces, veths and
- * commands run inside namespaces, through iproute2's `ip`. Root only.
+ * The e2e's network primitives: commands with a clean environment and a hard
+ * timeout, network namespaces, bridges, veths, addresses and reachability,
+ * through iproute2's `ip`. Root only.
  */
 
 /** What one command did. */
@@ -74,7 +75,12 @@ export async function ip(...args: string[]): Promise<string> {
 }
 
 /** Runs a command inside network namespace `ns` (`ip netns exec`). */
-export function execIn(ns: string, cmd: string, args: string[], o: ExecOptions = {}) {
+export function execIn(
+  ns: string,
+  cmd: string,
+  args: string[],
+  o: ExecOptions = {},
+): Promise<Exec> {
   return exec("ip", ["netns", "exec", ns, cmd, ...args], o);
 }
 
@@ -238,7 +244,12 @@ export async function reaches(
   return await tcpProbe(from, toNs, to, attempts);
 }
 
-async function tcpProbe(from: string, toNs: string, to: string, attempts: number) {
+async function tcpProbe(
+  from: string,
+  toNs: string,
+  to: string,
+  attempts: number,
+): Promise<boolean> {
   const deno = Deno.execPath();
   const port = 20_000 + Math.floor(Math.random() * 20_000);
   const server = new Deno.Command("ip", {

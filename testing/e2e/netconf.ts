@@ -1,0 +1,95 @@
+/**
+ * The network configs a runtime pipes to the master plugins: the shared VPC
+ * network through `bridge`, and an IPv6-only network through `ptp`, both
+ * delegating to milo-ipam with per-network keys only.
+ */
+
+/** The shared VPC network (bridge master) and the IPv6 ptp network. */
+export const NET_BRIDGE = "vpc-7b3e";
+/** The IPv6-only network through `ptp`. */
+export const NET_PTP6 = "vpc-7b3e-ptp6";
+
+/** Usable IPv4 addresses of the pool: 10.244.0.1 .. 10.244.0.200. */
+export const POOL_SIZE = 200;
+
+/** The plugin's timeouts in a network config. */
+export interface Timeouts {
+  requestMs: number;
+  totalMs: number;
+}
+
+/** Timeouts of the plugin in the e2e configs (the plugin's defaults). */
+export const TIMEOUTS: Timeouts = { requestMs: 2000, totalMs: 10_000 };
+
+/** One IP of a CNI result. */
+export interface ResultIp {
+  address: string;
+  gateway?: string;
+  interface?: number;
+}
+
+/** A CNI result (the fields the e2e reads). */
+export interface CniResult {
+  cniVersion?: string;
+  ips?: ResultIp[];
+  [key: string]: unknown;
+}
+
+/** A network config as piped on stdin. */
+export interface NetConf {
+  cniVersion: string;
+  name: string;
+  type: string;
+  ipam: Record<string, unknown>;
+  prevResult?: CniResult;
+  [key: string]: unknown;
+}
+
+/** The milo-ipam `ipam` block of a network (the same on every cluster: per-network keys only). */
+export function ipamBlock(
+  timeouts: Timeouts,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    type: "milo-ipam",
+    classes: { ipv4: "vpc-pods-ipv4" },
+    scope: {
+      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NET_BRIDGE },
+    },
+    timeouts,
+    ...extra,
+  };
+}
+
+/** The bridge network config of a cluster (the conflist entry a runtime pipes to bridge). */
+export function bridgeConf(
+  cluster: string,
+  timeouts: Timeouts,
+  ipamExtra: Record<string, unknown> = {},
+): NetConf {
+  return {
+    cniVersion: "1.0.0",
+    name: NET_BRIDGE,
+    type: "bridge",
+    bridge: "cni0",
+    isGateway: false,
+    ipMasq: false,
+    vpc: NET_BRIDGE,
+    vpcattachment: `${NET_BRIDGE}-${cluster}`,
+    ipam: ipamBlock(timeouts, ipamExtra),
+  };
+}
+
+/** The IPv6-only ptp network: /96 blocks, link-local gateway fe80::1 on the host veths. */
+export function ptp6Conf(timeouts: Timeouts): NetConf {
+  return {
+    cniVersion: "1.0.0",
+    name: NET_PTP6,
+    type: "ptp",
+    ipMasq: false,
+    ipam: ipamBlock(timeouts, {
+      classes: { ipv6: "vpc-pods-ipv6" },
+      gateways: { ipv6: "fe80::1" },
+    }),
+  };
+}
