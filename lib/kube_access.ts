@@ -4,11 +4,10 @@
  * or data, bearer token or client certificate as file or data).
  */
 import * as z from "zod/mini";
-import { parse as parseYaml } from "yaml";
+import { load as parseYaml } from "js-yaml";
 import { CniError, errorText } from "./errors.ts";
 import { readConfigFile, tokenOf } from "./http.ts";
 import type { KubeAccess } from "./kube.ts";
-import { YAML_DEBUG_ENV_VARS } from "./permissions.ts";
 
 /** Where a pod's service account token and the cluster CA are mounted. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -79,7 +78,6 @@ export interface KubeconfigRefs {
 export function parseKubeconfig(text: string, dir: string): KubeconfigRefs {
   const fail = (msg: string) => new CniError("config", `kubeconfig: ${msg}`);
   let doc: z.infer<typeof KubeconfigSchema>;
-  for (const k of YAML_DEBUG_ENV_VARS) Deno.env.delete(k);
   try {
     doc = KubeconfigSchema.parse(parseYaml(text));
   } catch (err) {

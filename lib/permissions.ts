@@ -30,13 +30,6 @@ export const PROXY_ENV_VARS = [
   "all_proxy",
 ] as const;
 
-/**
- * Debug switches of the `yaml` package (it prints every token of the document
- * it parses, a kubeconfig's bearer token included, to stdout); the sweep
- * removes them before it parses a kubeconfig.
- */
-export const YAML_DEBUG_ENV_VARS = ["LOG_TOKENS", "LOG_STREAM"] as const;
-
 /** What one installation may touch. */
 export interface Grants {
   /** `host:port` of every Milo endpoint (and the proxy the node config names). */
@@ -59,7 +52,7 @@ export function permissionFlags(g: Grants): string[] {
   const list = (xs: string[]) => [...new Set(xs)].sort().join(",");
   const flags = [
     "--no-prompt",
-    `--allow-env=${[...ENV_VARS, ...PROXY_ENV_VARS, ...YAML_DEBUG_ENV_VARS].join(",")}`,
+    `--allow-env=${[...ENV_VARS, ...PROXY_ENV_VARS].join(",")}`,
     "--allow-sys=hostname",
   ];
   if (g.net.length) flags.push(`--allow-net=${list(g.net)}`);

@@ -190,8 +190,8 @@ export async function loadSeedFile(path: string): Promise<Seed> {
   let doc: unknown;
   try {
     if (/\.ya?ml$/i.test(path)) {
-      const { parse } = await import("yaml");
-      doc = parse(text);
+      const { load } = await import("js-yaml");
+      doc = load(text);
     } else doc = JSON.parse(text);
   } catch (err) {
     throw new SeedError(`seed: ${path}: ${err instanceof Error ? err.message : err}`);
