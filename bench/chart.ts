@@ -1,10 +1,11 @@
 /**
  * The benchmark chart, as a self-contained SVG: latency percentiles per
- * series (one in flight) on top, throughput and p99 against concurrency below.
+ * series (one in flight, with and without the agent) on top, the process
+ * concurrency sweep's throughput and p99 below.
  *
  *   deno run --allow-read --allow-write bench/chart.ts RESULTS.json OUT.svg   (re-render)
  */
-import type { BenchResults, SweepPoint } from "./model.ts";
+import { type BenchResults, type ConcurrencyPoint, find, type Series } from "./model.ts";
 
 const W = 960;
 const FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'";
@@ -52,138 +53,175 @@ function fmt(ms: number): string {
   return ms >= 100 ? ms.toFixed(0) : ms.toFixed(1);
 }
 
+/** The one-in-flight series of both paths, agent first. */
+function latencyRows(r: BenchResults): Series[] {
+  const agent = r.agent.series.map((s) => ({ ...s, label: `agent: ${s.label}` }));
+  return [...agent, ...r.latency.series].filter((s) => s.summary.n > 0);
+}
+
 function latencyPanel(r: BenchResults, top: number): { svg: string; height: number } {
-  const rows = r.latency.filter((s) => s.summary.n > 0);
-  const left = 300, right = W - 150, rowH = 26;
+  const rows = latencyRows(r);
+  const left = 360, right = W - 150, rowH = 24;
   const height = 70 + rows.length * rowH + 40;
-  const maxV = Math.max(100, ...rows.map((s) => s.summary.p99));
-  const { max, step } = niceMax(maxV * 1.05);
+  const { max, step } = niceMax(Math.max(10, ...rows.map((s) => s.summary.p99)) * 1.05);
   const x = (v: number) => left + (Math.min(v, max) / max) * (right - left);
   const out: string[] = [];
   out.push(txt(20, top + 22, "Latency per invocation, one in flight (ms, exec → exit)", {
     size: 15,
     weight: "bold",
   }));
-  out.push(
-    txt(
-      20,
-      top + 40,
-      `bar = p50, whisker to p99 with a tick at p90; n = ${
-        rows[0]?.summary.n ?? 0
-      } per series after ${r.warmup} warm-up rounds`,
-      { size: 11, fill: "#555" },
-    ),
-  );
+  const n = rows[0]?.summary.n ?? 0;
+  out.push(txt(
+    20,
+    top + 40,
+    `bar = p50, whisker to p99 with a tick at p90; n = ${n} per ` +
+      `series after ${r.warmup} warm-up rounds`,
+    { size: 11, fill: "#555" },
+  ));
   const y0 = top + 60, y1 = y0 + rows.length * rowH;
   for (let v = 0; v <= max + 1e-9; v += step) {
     out.push(line(x(v), y0 - 4, x(v), y1, GRID));
     out.push(txt(x(v), y1 + 14, fmt(v), { size: 10, anchor: "middle", fill: "#555" }));
   }
-  const budgets = [[35, "p50 budget 35 ms", "end"], [100, "p99 budget 100 ms", "start"]] as const;
+  const floor = find(r.agent.series, "floor")?.summary;
+  const budgets = floor
+    ? [[1.5 * floor.p50, "agent p50 budget", "end"], [
+      2 * floor.p99,
+      "p99 budget",
+      "start",
+    ]] as const
+    : [];
   for (const [v, label, anchor] of budgets) {
-    if (v > max) continue;
+    if (!(v <= max)) continue;
     out.push(
       line(x(v), y0 - 8, x(v), y1, COLORS.budget, "stroke-dasharray='5,4' stroke-width='1.5'"),
     );
     const dx = anchor === "end" ? -3 : 3;
     out.push(txt(x(v) + dx, y0 - 10, label, { size: 10, anchor, fill: COLORS.budget }));
   }
-  rows.forEach((s, i) => {
-    const cy = y0 + i * rowH + rowH / 2;
-    const { p50, p90, p99 } = s.summary;
-    out.push(txt(left - 8, cy + 4, s.label, { size: 12, anchor: "end" }));
-    out.push(
-      `<rect x='${left}' y='${(cy - 7).toFixed(1)}' width='${(x(p50) - left).toFixed(1)}' ` +
-        `height='14' fill='${COLORS.p50}' opacity='0.85'/>`,
-    );
-    out.push(line(x(p50), cy, x(p99), cy, INK, "stroke-width='1.2'"));
-    out.push(line(x(p90), cy - 5, x(p90), cy + 5, COLORS.p90, "stroke-width='2.5'"));
-    out.push(line(x(p99), cy - 7, x(p99), cy + 7, COLORS.p99, "stroke-width='2.5'"));
-    out.push(txt(right + 8, cy + 4, `${fmt(p50)} / ${fmt(p90)} / ${fmt(p99)}`, { size: 11 }));
-  });
+  rows.forEach((s, i) => out.push(bar(s, y0 + i * rowH + rowH / 2, left, right, x)));
   out.push(txt(right + 8, y0 - 10, "p50 / p90 / p99", { size: 10, fill: "#555" }));
   return { svg: out.join("\n"), height };
 }
 
-function sweepPanel(
-  points: SweepPoint[],
-  o: {
-    left: number;
-    top: number;
-    width: number;
-    title: string;
-    value: (p: SweepPoint) => number;
-    budget: { value: number; label: string; atLevel?: number; above: boolean };
-    unit: string;
-    log?: boolean;
-  },
-): string {
-  const out: string[] = [];
-  const h = 240;
-  const plotL = o.left + 55, plotR = o.left + o.width - 15, plotT = o.top + 50, plotB = o.top + h;
+function bar(s: Series, cy: number, left: number, right: number, x: (v: number) => number) {
+  const { p50, p90, p99 } = s.summary;
+  return [
+    txt(left - 8, cy + 4, s.label, { size: 11, anchor: "end" }),
+    `<rect x='${left}' y='${(cy - 7).toFixed(1)}' width='${(x(p50) - left).toFixed(1)}' ` +
+    `height='14' fill='${COLORS.p50}' opacity='0.85'/>`,
+    line(x(p50), cy, x(p99), cy, INK, "stroke-width='1.2'"),
+    line(x(p90), cy - 5, x(p90), cy + 5, COLORS.p90, "stroke-width='2.5'"),
+    line(x(p99), cy - 7, x(p99), cy + 7, COLORS.p99, "stroke-width='2.5'"),
+    txt(right + 8, cy + 4, `${fmt(p50)} / ${fmt(p90)} / ${fmt(p99)}`, { size: 11 }),
+  ].join("\n");
+}
+
+/** Where a panel's plot sits and how values map onto it. */
+interface Frame {
+  plotL: number;
+  plotR: number;
+  plotT: number;
+  plotB: number;
+  levels: number[];
+  x: (level: number) => number;
+  y: (v: number) => number;
+}
+
+/** A horizontal reference line of a panel. */
+interface Ref {
+  value: number;
+  label: string;
+}
+
+interface PanelOptions {
+  left: number;
+  top: number;
+  width: number;
+  title: string;
+  value: (p: ConcurrencyPoint) => number;
+  refs: Ref[];
+  unit: string;
+  log?: boolean;
+}
+
+function frameOf(points: ConcurrencyPoint[], o: PanelOptions): { frame: Frame; ticks: number[] } {
+  const plotL = o.left + 55, plotR = o.left + o.width - 15, plotT = o.top + 50;
+  const plotB = o.top + 240;
   const levels = [...new Set(points.map((p) => p.inFlight))].sort((a, b) => a - b);
-  const vals = points.map(o.value).filter((v) => Number.isFinite(v) && v > 0);
-  const { max, step } = niceMax(Math.max(o.budget.value, ...vals) * 1.1);
-  const x = (lv: number) =>
-    plotL + (levels.indexOf(lv) + 0.5) * ((plotR - plotL) / Math.max(1, levels.length));
-  const lo = 10 ** Math.floor(Math.log10(Math.min(o.budget.value, ...vals)));
-  const hi = 10 ** Math.ceil(Math.log10(Math.max(o.budget.value, ...vals)));
+  const vals = [...points.map(o.value), ...o.refs.map((r) => r.value)]
+    .filter((v) => Number.isFinite(v) && v > 0);
+  const { max, step } = niceMax(Math.max(1, ...vals) * 1.1);
+  const lo = 10 ** Math.floor(Math.log10(Math.min(...vals, max)));
+  const hi = 10 ** Math.ceil(Math.log10(Math.max(...vals, lo * 10)));
   const y = o.log
     ? (v: number) =>
       plotB - ((Math.log10(Math.max(v, lo)) - Math.log10(lo)) / Math.log10(hi / lo)) *
         (plotB - plotT)
     : (v: number) => plotB - (Math.min(v, max) / max) * (plotB - plotT);
-  out.push(txt(o.left, o.top + 20, o.title, { size: 14, weight: "bold" }));
+  const x = (lv: number) =>
+    plotL + (levels.indexOf(lv) + 0.5) * ((plotR - plotL) / Math.max(1, levels.length));
   const ticks: number[] = [];
   if (o.log) { for (let v = lo; v <= hi * 1.0001 && ticks.length < 12; v *= 10) ticks.push(v); }
   else for (let v = 0; v <= max + 1e-9 && ticks.length < 12; v += step) ticks.push(v);
+  return { frame: { plotL, plotR, plotT, plotB, levels, x, y }, ticks };
+}
+
+function axes(f: Frame, ticks: number[], o: PanelOptions): string[] {
+  const out = [txt(o.left, o.top + 20, o.title, { size: 14, weight: "bold" })];
   for (const v of ticks) {
-    out.push(line(plotL, y(v), plotR, y(v), GRID));
-    out.push(txt(plotL - 6, y(v) + 4, fmt(v), { size: 10, anchor: "end", fill: "#555" }));
+    out.push(line(f.plotL, f.y(v), f.plotR, f.y(v), GRID));
+    out.push(txt(f.plotL - 6, f.y(v) + 4, fmt(v), { size: 10, anchor: "end", fill: "#555" }));
   }
-  out.push(line(plotL, plotB, plotR, plotB, INK));
-  for (const lv of levels) {
-    out.push(txt(x(lv), plotB + 16, String(lv), { size: 11, anchor: "middle" }));
+  out.push(line(f.plotL, f.plotB, f.plotR, f.plotB, INK));
+  for (const lv of f.levels) {
+    out.push(txt(f.x(lv), f.plotB + 16, String(lv), { size: 11, anchor: "middle" }));
   }
-  out.push(txt((plotL + plotR) / 2, plotB + 32, "ADDs in flight", { size: 11, anchor: "middle" }));
-  out.push(txt(plotL - 6, plotT - 10, o.unit, { size: 10, anchor: "end", fill: "#555" }));
-  const by = o.budget;
-  out.push(line(plotL, y(by.value), plotR, y(by.value), COLORS.budget, "stroke-dasharray='5,4'"));
-  out.push(txt(plotR, y(by.value) - 5, by.label, { size: 10, anchor: "end", fill: COLORS.budget }));
-  if (by.atLevel !== undefined && levels.includes(by.atLevel)) {
+  const mid = (f.plotL + f.plotR) / 2;
+  out.push(txt(mid, f.plotB + 32, "ADDs in flight (no agent)", { size: 11, anchor: "middle" }));
+  out.push(txt(f.plotL - 6, f.plotT - 10, o.unit, { size: 10, anchor: "end", fill: "#555" }));
+  for (const r of o.refs) {
     out.push(
-      `<rect x='${(x(by.atLevel) - 9).toFixed(1)}' y='${plotT}' width='18' ` +
-        `height='${plotB - plotT}' fill='${COLORS.budget}' opacity='0.08'/>`,
+      line(f.plotL, f.y(r.value), f.plotR, f.y(r.value), COLORS.budget, "stroke-dasharray='5,4'"),
+    );
+    out.push(
+      txt(f.plotR, f.y(r.value) - 5, r.label, { size: 10, anchor: "end", fill: COLORS.budget }),
     );
   }
+  return out;
+}
+
+function clusterLine(ps: ConcurrencyPoint[], clusters: number, f: Frame, o: PanelOptions) {
+  const color = LINE[clusters - 1];
+  const at = (p: ConcurrencyPoint) => `${f.x(p.inFlight).toFixed(1)},${f.y(o.value(p)).toFixed(1)}`;
+  const out = [
+    `<path d='${ps.map((p, i) => `${i ? "L" : "M"}${at(p)}`).join(" ")}' fill='none' ` +
+    `stroke='${color}' stroke-width='2'/>`,
+  ];
+  for (const p of ps) {
+    const cx = f.x(p.inFlight), cy = f.y(o.value(p));
+    out.push(`<circle cx='${cx.toFixed(1)}' cy='${cy.toFixed(1)}' r='3.5' fill='${color}'/>`);
+    out.push(txt(cx + (clusters === 1 ? -6 : 6), cy - 7, fmt(o.value(p)), {
+      size: 10,
+      anchor: clusters === 1 ? "end" : "start",
+      fill: color,
+    }));
+  }
+  const ly = o.top + 38, lx = o.left + o.width - 210 + (clusters - 1) * 105;
+  out.push(line(lx, ly, lx + 18, ly, color, "stroke-width='2'"));
+  out.push(txt(lx + 22, ly + 4, clusters === 1 ? "one cluster" : "two clusters", { size: 11 }));
+  return out.join("\n");
+}
+
+function concurrencyPanel(points: ConcurrencyPoint[], o: PanelOptions): string {
+  if (!points.length) return "";
+  const { frame, ticks } = frameOf(points, o);
+  const out = axes(frame, ticks, o);
   for (const clusters of [1, 2]) {
     const ps = points.filter((p) => p.clusters === clusters).sort((a, b) =>
       a.inFlight - b.inFlight
     );
-    if (!ps.length) continue;
-    const color = LINE[clusters - 1];
-    const d = ps.map((p, i) =>
-      `${i ? "L" : "M"}${x(p.inFlight).toFixed(1)},${y(o.value(p)).toFixed(1)}`
-    )
-      .join(" ");
-    out.push(`<path d='${d}' fill='none' stroke='${color}' stroke-width='2'/>`);
-    for (const p of ps) {
-      out.push(
-        `<circle cx='${x(p.inFlight).toFixed(1)}' cy='${y(o.value(p)).toFixed(1)}' r='3.5' ` +
-          `fill='${color}'/>`,
-      );
-      out.push(
-        txt(x(p.inFlight) + (clusters === 1 ? -6 : 6), y(o.value(p)) - 7, fmt(o.value(p)), {
-          size: 10,
-          anchor: clusters === 1 ? "end" : "start",
-          fill: color,
-        }),
-      );
-    }
-    const ly = o.top + 38;
-    const lx = o.left + o.width - 210 + (clusters - 1) * 105;
-    out.push(line(lx, ly, lx + 18, ly, color, "stroke-width='2'"));
-    out.push(txt(lx + 22, ly + 4, clusters === 1 ? "one cluster" : "two clusters", { size: 11 }));
+    if (ps.length) out.push(clusterLine(ps, clusters, frame, o));
   }
   return out.join("\n");
 }
@@ -191,35 +229,38 @@ function sweepPanel(
 /** Renders the chart for one run's results. */
 export function renderChart(r: BenchResults): string {
   const lat = latencyPanel(r, 10);
-  const adds = r.sweep.filter((p) => p.verb === "ADD");
-  const sweepTop = 10 + lat.height + 10;
+  const adds = r.concurrency.filter((p) => p.verb === "ADD");
+  const top = 10 + lat.height + 10;
   const half = (W - 40) / 2;
+  const t = r.agent.throughput;
   const body = [
     lat.svg,
-    sweepPanel(adds, {
+    concurrencyPanel(adds, {
       left: 20,
-      top: sweepTop,
+      top,
       width: half - 10,
       title: "ADD throughput vs concurrency",
       value: (p) => p.perSecond,
-      budget: { value: 40, label: "budget ≥ 40/s at 32", atLevel: 32, above: true },
+      refs: [{
+        value: t.add.perSecond,
+        label: `agent ADD at ${t.add.inFlight}: ${fmt(t.add.perSecond)}/s`,
+      }],
       unit: "ADD/s",
     }),
-    sweepPanel(adds, {
+    concurrencyPanel(adds, {
       left: 20 + half + 10,
-      top: sweepTop,
+      top,
       width: half - 10,
       title: "ADD p99 vs concurrency",
       value: (p) => p.summary.p99,
-      budget: { value: 500, label: "budget ≤ 500 ms at 32", atLevel: 32, above: false },
+      refs: [{ value: t.add.summary.p99, label: `agent ADD p99 at ${t.add.inFlight}` }],
       unit: "ms (log)",
       log: true,
     }),
   ];
-  const height = sweepTop + 290;
-  const caption = `milo-ipam ${
-    r.quick ? "quick " : ""
-  }benchmark ${r.date} · ${r.machine.nproc} cores ${r.machine.cpu} · Deno ${r.deno.version} · ${r.install.kind}`;
+  const height = top + 290;
+  const caption = `milo-ipam ${r.quick ? "quick " : ""}benchmark ${r.date} · ${r.machine.nproc} ` +
+    `cores ${r.machine.cpu} · Deno ${r.deno.version} · ${r.install.kind}`;
   return [
     `<svg xmlns='http://www.w3.org/2000/svg' width='${W}' height='${height + 20}' ` +
     `viewBox='0 0 ${W} ${height + 20}'>`,

@@ -34,16 +34,21 @@ export interface RequestCount {
   methods: string[];
 }
 
-/** One point of the concurrency sweep. */
-export interface SweepPoint {
-  clusters: number;
-  inFlight: number;
-  verb: "ADD" | "DEL";
+/** N calls with at most K in flight. */
+export interface LoadPoint {
   n: number;
+  inFlight: number;
   failures: number;
   wallMs: number;
+  /** Successful calls per second of wall time. */
   perSecond: number;
   summary: Summary;
+}
+
+/** One point of the process concurrency sweep (plugin without the agent). */
+export interface ConcurrencyPoint extends LoadPoint {
+  clusters: number;
+  verb: "ADD" | "DEL";
   /** Plugin processes' CPU time per call (ms). */
   clientCpuMs: number;
   /** milo-dev's CPU time per call (ms). */
@@ -58,41 +63,119 @@ export interface RssRow {
   maxKiB: number;
 }
 
+/** The machine and its load. */
+export interface Machine {
+  nproc: number;
+  memory: string;
+  kernel: string;
+  cpu: string;
+  os: string;
+  /** /proc/loadavg before and after the run. */
+  loadBefore: string;
+  loadAfter: string;
+}
+
+/** The plugin without the agent, one call in flight, beside the floor and a minimal TLS client. */
+export interface LatencyResults {
+  series: Series[];
+  requests: RequestCount[];
+}
+
+/** Start-up anatomy and the bundle's make-up. */
+export interface StartupResults {
+  series: Series[];
+  /** Bytes of main.ts bundled unminified, and the part of it that is npm:zod. */
+  plainBytes: number;
+  zodBytes: number;
+}
+
+/** One-step probe medians. */
+export interface ProbeRow {
+  mode: string;
+  label: string;
+  n: number;
+  wallMs: number;
+  cpuMs: number;
+}
+
+/** The node agent: latency, CPU, connections, load, burst and memory. */
+export interface AgentResults {
+  /** The floor (the agent install's flags) and the thin client's ADD, CHECK, DEL, interleaved. */
+  series: Series[];
+  /** Mean CPU time (ms) of the agent process per call, by series key. */
+  agentCpuMs: Record<string, number>;
+  requests: RequestCount[];
+  /** Connections and TLS handshakes milo-dev saw during the measured calls (after a warm-up). */
+  steady: { calls: number; adds: number; connections: number; tlsHandshakes: number };
+  /** The floor and ADD/DEL through the agent at the same concurrency. */
+  throughput: { floor: LoadPoint; add: LoadPoint; del: LoadPoint };
+  /** All ADDs started at once. */
+  burst: LoadPoint & { code11: number; codes: Record<string, number> };
+  /** ADD/DEL pairs sent in-process over the socket; the agent's RSS along the way. */
+  soak: {
+    pairs: number;
+    checkpoint: number;
+    inFlight: number;
+    failures: number;
+    wallMs: number;
+    rssStartKiB: number;
+    rssCheckpointKiB: number;
+    rssEndKiB: number;
+  };
+  /** Plugin calls that fell back to doing the work themselves (the install's counter). */
+  fallbacks: number;
+}
+
+/** One `sweep()` run over the seeded cluster. */
+export interface SweepRun {
+  apply: boolean;
+  wallMs: number;
+  outcome: string;
+  message: string;
+  candidates: number;
+  released: number;
+  wouldRelease: number;
+  kept: number;
+  failed: number;
+  /** Requests as the server saw them, and what the rule allows. */
+  milo: { total: number; byMethod: Record<string, number>; client: number; expected: number };
+  kube: { total: number; lists: number; gets: number; client: number; expected: number };
+}
+
+/** The cluster sweep against 10,000 claims and pods (fewer in --quick). */
+export interface SweepResults {
+  claims: number;
+  pods: number;
+  nodes: number;
+  /** Pods removed before the run, so their claims are candidates. */
+  orphans: number;
+  pageLimits: { milo: number; kube: number };
+  intervalMs: number;
+  /** Time to create the claims through the API. */
+  seedMs: number;
+  runs: SweepRun[];
+}
+
 /** Everything one `deno task bench` run measured. */
 export interface BenchResults {
   date: string;
   quick: boolean;
-  machine: {
-    nproc: number;
-    memory: string;
-    kernel: string;
-    cpu: string;
-    os: string;
-    loadBefore: string;
-    loadAfter: string;
-  };
+  machine: Machine;
   deno: { version: string; v8: string; typescript: string };
-  install: {
-    kind: string;
-    flags: string[];
-    bundleBytes: number;
-    /** Size of the same bundle unminified, and the part of it that is npm:zod. */
-    plainBytes: number;
-    zodBytes: number;
-  };
-  /** One-step probes in fresh processes (medians). */
-  probes: { mode: string; label: string; n: number; wallMs: number; cpuMs: number }[];
+  install: { kind: string; flags: string[]; agentFlags: string[]; bundleBytes: number };
   hostLocal: { path: string; version: string } | null;
   warmup: number;
   durationS: number;
-  latency: Series[];
-  startup: Series[];
-  requests: RequestCount[];
+  latency: LatencyResults;
+  startup: StartupResults;
   phases: { tls: PhaseSample[]; http: PhaseSample[] };
-  sweep: SweepPoint[];
-  /** Sweep points left out because the run's time budget ran out (quick runs). */
+  probes: ProbeRow[];
+  concurrency: ConcurrencyPoint[];
+  /** Concurrency points left out because the run's time budget ran out (quick runs). */
   skipped: string[];
   rss: RssRow[];
+  agent: AgentResults;
+  sweep: SweepResults;
   /** How busy the machine was: other work skews every figure. */
   contention: {
     /** CPU idle share just before measuring (%). */
@@ -130,4 +213,15 @@ export function summarize(values: number[]): Summary {
 /** The median of a list (NaN when empty). */
 export function median(values: number[]): number {
   return percentile([...values].sort((a, b) => a - b), 0.5);
+}
+
+/** The series `key` when it has samples. */
+export function find(list: Series[], key: string): Series | undefined {
+  const s = list.find((x) => x.key === key);
+  return s && s.summary.n ? s : undefined;
+}
+
+/** The 1-minute load average of a /proc/loadavg line. */
+export function load1(loadavg: string): number {
+  return Number(loadavg.split(/\s+/)[0]);
 }

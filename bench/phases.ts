@@ -1,14 +1,14 @@
 /**
  * Where one ADD spends its time, measured in a fresh process per sample.
  *
- * bench.ts spawns this script once per sample with the CNI environment of an
+ * bench/sections/anatomy.ts spawns this script once per sample with the CNI environment of an
  * ADD and the network config on stdin, and reads one JSON object of phase
  * timings (ms) from stdout. It walks the same steps as main.ts's `runCni`,
  * through the same lib/ modules, timing each: the plugin's hot path carries no
  * benchmark code. Every step runs once per process, so each timing is a cold,
  * first-call figure, as in the real plugin process.
  *
- *   deno run --allow-all bench/phases.ts BUNDLE.js   (env: CNI_*, MILO_IPAM_CONFIG)
+ *   deno run --allow-all bench/phases.ts BUNDLE_DIR   (env: CNI_*, MILO_IPAM_CONFIG)
  *
  * There are no static imports, so the time before the first line runs is the
  * runtime's own start-up.
@@ -18,7 +18,7 @@
 export interface PhaseSample {
   /** performance.now() at the first line: runtime start until user code runs. */
   runtimeStart: number;
-  /** `import()` of the installed bundle (parse, compile, evaluate). */
+  /** `import()` of the installed bundle's main.js and every chunk (parse, compile, evaluate). */
   bundleLoad: number;
   /** `import()` of the unbundled lib/ modules and zod, for comparison. */
   libLoad: number;
@@ -79,51 +79,58 @@ function serverMs(res: Response): number {
 }
 
 type CpuUsage = (prev?: { user: number; system: number }) => { user: number; system: number };
+type Cpu = { usage: CpuUsage; ms: (u: { user: number; system: number }) => number };
 
-async function main(): Promise<PhaseSample> {
-  const bundle = Deno.args[0];
-  if (!bundle) throw new Error("usage: phases.ts BUNDLE.js");
-  const cpuUsage: CpuUsage = (await import("node:process")).default.cpuUsage;
-  const cpuMs = (u: { user: number; system: number }) => (u.user + u.system) / 1000;
-  const c0 = cpuUsage();
-  const [, bundleLoad] = await timed(() => import(new URL(`file://${bundle}`).href));
-  const bundleLoadCpu = cpuMs(cpuUsage(c0));
-  const [mods, libLoad] = await timed(() =>
-    Promise.all([
+/** Imports the bundle's main.js and then every chunk, then the unbundled modules. */
+async function load(bundle: string, cpu: Cpu) {
+  const chunks = [...Deno.readDirSync(bundle)].map((e) => e.name).filter((n) => n.endsWith(".js"))
+    .sort((x, y) => (x === "main.js" ? -1 : y === "main.js" ? 1 : x < y ? -1 : 1));
+  const c0 = cpu.usage();
+  const [, bundleLoad] = await timed(async () => {
+    for (const c of chunks) await import(new URL(`file://${bundle}/${c}`).href);
+  });
+  const bundleLoadCpu = cpu.ms(cpu.usage(c0));
+  const [mods, libLoad] = await timed(async () => {
+    const [add, claims, cni, config, netconf, log, milo, http, stdin, journal] = await Promise.all([
       import("../lib/add.ts"),
       import("../lib/claims.ts"),
       import("../lib/cni.ts"),
       import("../lib/config.ts"),
+      import("../lib/netconf.ts"),
       import("../lib/log.ts"),
       import("../lib/milo.ts"),
+      import("../lib/http.ts"),
       import("../lib/stdin.ts"),
       import("../lib/journal.ts"),
-    ])
-  );
-  const [
-    { add },
-    { attachmentOf },
-    { readCniEnv },
-    config,
-    { Logger },
-    milo,
-    { decodeStdin, readStdinBytes },
-    { Journal },
-  ] = mods;
-
-  const [stdin, stdinRead] = await timed(async () => decodeStdin(await readStdinBytes()));
-  const env = (k: string) => Deno.env.get(k);
-  const [node, nodeConfigRead] = await timed(() => config.readNodeConfig(env));
-  const [conf, configParse] = await timed(() => config.parseNetConf(stdin, node, "ADD"));
-  const [attachment, envAndIdentity] = await timed(() => {
-    const cni = readCniEnv(env);
-    return attachmentOf(node, conf, cni);
+    ]);
+    return { add, claims, cni, config, netconf, log, milo, http, stdin, journal };
   });
-  const [token, tokenRead] = await timed(() => milo.readToken(node));
-  const [client, tlsClientCreate] = await timed(() => milo.httpClientFor(node));
+  return { mods, bundleLoad, bundleLoadCpu, libLoad };
+}
 
-  const traces: Trace[] = [];
-  const tracingFetch: typeof fetch = async (input, init) => {
+type Mods = Awaited<ReturnType<typeof load>>["mods"];
+
+/** The steps before the handler: stdin, node config, network config, identity, token, client. */
+async function prepare(m: Mods) {
+  const [stdin, stdinRead] = await timed(async () =>
+    m.stdin.decodeStdin(await m.stdin.readStdinBytes())
+  );
+  const env = (k: string) => Deno.env.get(k);
+  const [node, nodeConfigRead] = await timed(() => m.config.readNodeConfig(env));
+  const [conf, configParse] = await timed(() => m.netconf.parseNetConf(stdin, node, "ADD"));
+  const cni = m.cni.readCniEnv(env);
+  const [attachment, envAndIdentity] = await timed(() =>
+    m.claims.attachmentOf(node, conf, m.cni.readCniEnv(env))
+  );
+  const [token, tokenRead] = await timed(() => m.http.readToken(node));
+  const [client, tlsClientCreate] = await timed(() => m.http.httpClientFor(node));
+  const times = { stdinRead, nodeConfigRead, configParse, envAndIdentity, tokenRead };
+  return { node, conf, cni, attachment, token, client, times: { ...times, tlsClientCreate } };
+}
+
+/** A fetch that records when each request left and its answer was read, and Milo's time. */
+function tracing(traces: Trace[]): typeof fetch {
+  return async (input, init) => {
     const tr: Trace = { start: performance.now(), end: 0, miloMs: NaN };
     traces.push(tr);
     const res = await fetch(input, init);
@@ -132,84 +139,85 @@ async function main(): Promise<PhaseSample> {
     tr.end = performance.now();
     return new Response(body, { status: res.status, headers: res.headers });
   };
-  const mc = new milo.MiloClient({
-    baseUrl: node.milo.url.replace(/\/+$/, ""),
-    namespace: node.milo.namespace,
-    token,
-    requestMs: conf.network.timeouts.requestMs,
-    deadline: Date.now() + conf.network.timeouts.totalMs,
-    client,
-    fetch: tracingFetch,
+}
+
+/** The ADD handler over a tracing client, then the result and log writes. */
+async function runAdd(m: Mods, p: Awaited<ReturnType<typeof prepare>>, cpu: Cpu) {
+  const traces: Trace[] = [];
+  const mc = new m.milo.MiloClient({
+    baseUrl: p.node.milo.url.replace(/\/+$/, ""),
+    namespace: p.node.milo.namespace,
+    token: p.token,
+    requestMs: p.conf.network.timeouts.requestMs,
+    deadline: Date.now() + p.conf.network.timeouts.totalMs,
+    client: p.client,
+    fetch: tracing(traces),
   });
-  const cni = readCniEnv(env);
-  const c1 = cpuUsage();
+  const c1 = cpu.usage();
   const handlerStart = performance.now();
-  const { output: result, claims: touched } = await add({
-    env: cni,
-    conf,
-    node,
-    attachment,
+  const { output, claims } = await m.add.add({
+    env: p.cni,
+    conf: p.conf,
+    node: p.node,
+    attachment: p.attachment,
     milo: mc,
     rollback: mc,
-    journal: new Journal(node.stateDir),
+    journal: new m.journal.Journal(p.node.stateDir),
     now: Date.now,
   });
   const handlerEnd = performance.now();
-  const handlerCpu = cpuMs(cpuUsage(c1));
+  const handlerCpu = cpu.ms(cpu.usage(c1));
   if (!traces.length) throw new Error("the ADD sent no request");
-  const firstStart = Math.min(...traces.map((t) => t.start));
-  const lastEnd = Math.max(...traces.map((t) => t.end));
-  const requestsWall = lastEnd - firstStart;
-  const miloHandling = Math.max(...traces.map((t) => t.miloMs));
-
   const [, resultWrite] = await timed(() => {
     const f = Deno.openSync("/dev/null", { write: true });
-    f.writeSync(new TextEncoder().encode(JSON.stringify(result) + "\n"));
+    f.writeSync(new TextEncoder().encode(JSON.stringify(output) + "\n"));
     f.close();
   });
-  const logger = new Logger();
+  const logger = new m.log.Logger();
   const [, logWrite] = await timed(() => {
-    logger.configure(node.log.file, node.log.level);
-    return logger.write("info", {
-      verb: "ADD",
-      containerId: cni.containerId,
-      claims: touched,
-      outcome: "ok",
-      durationMs: 0,
-    });
+    logger.configure(p.node.log.file, p.node.log.level);
+    const line = { verb: "ADD", containerId: p.cni.containerId, claims, outcome: "ok" };
+    return logger.write("info", { ...line, durationMs: 0 });
   });
-  const total = performance.now();
-  const totalCpu = cpuMs(cpuUsage());
+  const ends = { total: performance.now(), totalCpu: cpu.ms(cpu.usage()) };
+  return { mc, traces, claims, handlerStart, handlerEnd, handlerCpu, resultWrite, logWrite, ends };
+}
 
-  const n = traces.length;
-  const [, warmRequest] = await timed(() => mc.getClaim(touched[0]));
-  const warmRequestMilo = traces.length > n ? traces[n].miloMs : NaN;
-  for (const name of touched) await mc.deleteClaim(name);
-  mc.close();
+async function main(): Promise<PhaseSample> {
+  const bundle = Deno.args[0];
+  if (!bundle) throw new Error("usage: phases.ts BUNDLE_DIR");
+  const usage: CpuUsage = (await import("node:process")).default.cpuUsage;
+  const cpu: Cpu = { usage, ms: (u) => (u.user + u.system) / 1000 };
+  const { mods, bundleLoad, bundleLoadCpu, libLoad } = await load(bundle, cpu);
+  const p = await prepare(mods);
+  const a = await runAdd(mods, p, cpu);
+  const firstStart = Math.min(...a.traces.map((t) => t.start));
+  const lastEnd = Math.max(...a.traces.map((t) => t.end));
+  const requestsWall = lastEnd - firstStart;
+  const miloHandling = Math.max(...a.traces.map((t) => t.miloMs));
+  const n = a.traces.length;
+  const [, warmRequest] = await timed(() => a.mc.getClaim(a.claims[0]));
+  const warmRequestMilo = a.traces.length > n ? a.traces[n].miloMs : NaN;
+  for (const name of a.claims) await a.mc.deleteClaim(name);
+  a.mc.close();
   return {
     runtimeStart,
     bundleLoad,
     libLoad,
-    stdinRead,
-    nodeConfigRead,
-    configParse,
-    envAndIdentity,
-    tokenRead,
-    tlsClientCreate,
-    claimBodies: firstStart - handlerStart,
+    ...p.times,
+    claimBodies: firstStart - a.handlerStart,
     requestsWall,
     miloHandling,
     clientNetwork: requestsWall - miloHandling,
-    parseAndEncode: handlerEnd - lastEnd,
-    resultWrite,
-    logWrite,
+    parseAndEncode: a.handlerEnd - lastEnd,
+    resultWrite: a.resultWrite,
+    logWrite: a.logWrite,
     warmRequest,
     warmRequestMilo,
     requests: n,
-    total,
+    ...a.ends,
     bundleLoadCpu,
-    handlerCpu,
-    totalCpu,
+    handlerCpu: a.handlerCpu,
   };
 }
 

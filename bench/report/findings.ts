@@ -1,0 +1,175 @@
+/**
+ * The budgets of issue 10 (the agent, the fallback) and issue 9 (the sweep),
+ * each judged against one run as a ratio to a baseline measured in the same
+ * run; and whether the run was quiet enough to publish.
+ */
+import { type BenchResults, find, load1, type RequestCount, type Series } from "../model.ts";
+import { fmtMs } from "./format.ts";
+
+/** One budget, judged. */
+export interface Finding {
+  group: "agent" | "fallback" | "sweep";
+  what: string;
+  limit: string;
+  figure: string;
+  /** undefined when the run did not measure it. */
+  ok: boolean | undefined;
+}
+
+/** Everything the report concludes. */
+export interface Findings {
+  /** The 1-minute load average before the run exceeded the core count. */
+  noisy: boolean;
+  load1: number;
+  budgets: Finding[];
+}
+
+/** The slowest call a 64-ADD burst may take: 0.4 × the 4.8 s measured before the agent. */
+export const BURST_LIMIT_MS = 0.4 * 4_800;
+
+function ratioFinding(
+  group: Finding["group"],
+  what: string,
+  x: number | undefined,
+  base: number | undefined,
+  max: number,
+  unit = "ms",
+): Finding {
+  const q = x !== undefined && base !== undefined ? x / base : NaN;
+  return {
+    group,
+    what,
+    limit: `≤ ${max}×`,
+    figure: `${q.toFixed(2)}× (${fmtMs(x)} / ${fmtMs(base)} ${unit})`,
+    ok: Number.isFinite(q) ? q <= max : undefined,
+  };
+}
+
+function perFamily(group: Finding["group"], c: RequestCount | undefined, verb: string): Finding {
+  const per = c ? c.totals.map((t) => t / c.families) : [];
+  return {
+    group,
+    what: `${verb}: requests per family on the happy path (every call)`,
+    limit: "= 1",
+    figure: c ? `${per.join(", ")} (${c.methods.join("; ")}; ${c.samples} calls)` : "–",
+    ok: c ? per.length === 1 && per[0] === 1 : undefined,
+  };
+}
+
+function latencyBudgets(series: Series[], group: Finding["group"], label: string): Finding[] {
+  const floor = find(series, "floor")?.summary;
+  const out: Finding[] = [];
+  for (const verb of ["ADD", "CHECK", "DEL"]) {
+    const s = find(series, verb.toLowerCase())?.summary;
+    out.push(ratioFinding(group, `${verb} p50 ${label} / floor p50`, s?.p50, floor?.p50, 1.5));
+    out.push(ratioFinding(group, `${verb} p99 ${label} / floor p99`, s?.p99, floor?.p99, 2));
+  }
+  return out;
+}
+
+function agentBudgets(r: BenchResults): Finding[] {
+  const a = r.agent;
+  const out = latencyBudgets(a.series, "agent", "via the agent");
+  const add = find(a.series, "add"), floor = find(a.series, "floor");
+  const cpu = add ? add.cpuMs + (a.agentCpuMs.add ?? NaN) : undefined;
+  out.push(
+    ratioFinding("agent", "CPU per ADD (client + agent) / floor CPU", cpu, floor?.cpuMs, 1.6),
+  );
+  const t = a.throughput;
+  const q = t.add.perSecond / t.floor.perSecond;
+  out.push({
+    group: "agent",
+    what: `ADD throughput at ${t.add.inFlight} in flight / floor's at ${t.floor.inFlight}`,
+    limit: "≥ 0.6×",
+    figure: `${q.toFixed(2)}× (${t.add.perSecond.toFixed(1)} / ${t.floor.perSecond.toFixed(1)} ` +
+      `per s; ${t.add.failures} failed)`,
+    ok: Number.isFinite(q) ? q >= 0.6 && t.add.failures === 0 : undefined,
+  });
+  const s = a.steady;
+  out.push({
+    group: "agent",
+    what: "new TLS handshakes per ADD in steady state (milo-dev counters)",
+    limit: "= 0",
+    figure:
+      `${(s.tlsHandshakes / Math.max(1, s.adds)).toFixed(2)} (${s.tlsHandshakes} handshakes, ` +
+      `${s.connections} connections over ${s.calls} calls, ${s.adds} ADDs)`,
+    ok: s.calls ? s.tlsHandshakes === 0 : undefined,
+  });
+  const b = a.burst;
+  out.push({
+    group: "agent",
+    what: `burst of ${b.n} ADDs at once: no code 11, slowest ≤ 0.4 × 4.8 s`,
+    limit: `0, ≤ ${fmtMs(BURST_LIMIT_MS)} ms`,
+    figure: `${b.code11} code 11, ${b.failures} failed, slowest ${fmtMs(b.summary.max)} ms`,
+    ok: b.n ? b.code11 === 0 && b.summary.max <= BURST_LIMIT_MS : undefined,
+  });
+  const m = a.soak;
+  const growth = m.rssEndKiB / m.rssCheckpointKiB - 1;
+  out.push({
+    group: "agent",
+    what: `agent RSS after ${m.pairs} ADD/DEL pairs vs after the first ${m.checkpoint}`,
+    limit: "within 10%",
+    figure: `${(growth * 100).toFixed(1)}% (${(m.rssEndKiB / 1024).toFixed(1)} / ` +
+      `${(m.rssCheckpointKiB / 1024).toFixed(1)} MiB; ${m.failures} failed calls)`,
+    ok: Number.isFinite(growth) ? Math.abs(growth) <= 0.1 && m.failures === 0 : undefined,
+  });
+  for (const verb of ["ADD", "CHECK", "DEL"]) {
+    out.push(perFamily("agent", a.requests.find((c) => c.verb === verb), verb));
+  }
+  return out;
+}
+
+function fallbackBudgets(r: BenchResults): Finding[] {
+  const s = r.latency.series;
+  const p50 = (key: string) => find(s, key)?.summary.p50;
+  return [
+    ratioFinding(
+      "fallback",
+      "ADD p50, no agent / minimal TLS client p50",
+      p50("add"),
+      p50("tls-client"),
+      1.15,
+    ),
+    ratioFinding("fallback", "VERSION p50 / floor p50", p50("version"), p50("floor"), 1.3),
+    ...["ADD", "CHECK", "DEL"].map((v) =>
+      perFamily("fallback", r.latency.requests.find((c) => c.verb === v), v)
+    ),
+  ];
+}
+
+function sweepBudgets(r: BenchResults): Finding[] {
+  const sw = r.sweep;
+  return sw.runs.flatMap((run): Finding[] => {
+    const mode = run.apply ? "apply" : "dry run";
+    const gets = run.milo.byMethod.GET ?? 0;
+    const getsAllowed = run.milo.expected - (run.apply ? run.candidates : 0);
+    const acted = run.apply ? run.released : run.wouldRelease;
+    return [{
+      group: "sweep",
+      what: `${mode}: each object fetched at most once per observation, plus the re-check`,
+      limit: `Milo GET ≤ ${getsAllowed}, Kubernetes ≤ ${run.kube.expected}`,
+      figure: `Milo ${gets} GET (${run.milo.total} in all), Kubernetes ${run.kube.total} ` +
+        `(${run.kube.lists} list pages, ${run.kube.gets} pod GETs)`,
+      ok: gets <= getsAllowed && run.milo.total <= run.milo.expected &&
+        run.kube.total <= run.kube.expected,
+    }, {
+      group: "sweep",
+      what: `${mode}: exactly the ${sw.orphans} orphaned claims ${
+        run.apply ? "released" : "would go"
+      }`,
+      limit: `= ${sw.orphans}`,
+      figure: `${acted} of ${run.candidates} candidates (${run.outcome}; ${run.failed} failed)`,
+      ok: acted === sw.orphans && run.candidates === sw.orphans && run.outcome === "done",
+    }];
+  });
+}
+
+/** Judges every budget of the run. */
+export function findings(r: BenchResults): Findings {
+  const l = load1(r.machine.loadBefore);
+  return {
+    noisy: !(l <= r.machine.nproc),
+    load1: l,
+    budgets: [...agentBudgets(r), ...fallbackBudgets(r), ...sweepBudgets(r)],
+  };
+}

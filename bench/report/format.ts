@@ -1,0 +1,52 @@
+/** Number and table formatting of the Markdown report. */
+import type { Series } from "../model.ts";
+
+/** Milliseconds: whole above 100, one decimal below, "–" when unknown. */
+export function fmtMs(v: number | undefined): string {
+  if (v === undefined || !Number.isFinite(v)) return "–";
+  return v >= 100 ? v.toFixed(0) : v.toFixed(1);
+}
+
+/** KiB as MiB with one decimal. */
+export function fmtMiB(kib: number): string {
+  return Number.isFinite(kib) ? (kib / 1024).toFixed(1) : "–";
+}
+
+/** A Markdown table; the first column left-aligned, the rest right-aligned. */
+export function table(head: string[], rows: (string | number)[][]): string {
+  const align = head.map((_, i) => (i === 0 ? ":--" : "--:"));
+  return [head, align, ...rows].map((r) => `| ${r.join(" | ")} |`).join("\n");
+}
+
+/** The verdict cell of a budget. */
+export function verdict(ok: boolean | undefined): string {
+  return ok === undefined ? "n/a" : ok ? "**pass**" : "**fail**";
+}
+
+/** The latency table's header. */
+export const SERIES_HEAD = [
+  "series",
+  "n",
+  "p50",
+  "p90",
+  "p99",
+  "max",
+  "mean",
+  "CPU/call",
+  "failed",
+];
+
+/** One row per series, in {@link SERIES_HEAD}'s columns. */
+export function seriesRows(list: Series[]): (string | number)[][] {
+  return list.map((s) => [
+    s.label,
+    s.summary.n,
+    fmtMs(s.summary.p50),
+    fmtMs(s.summary.p90),
+    fmtMs(s.summary.p99),
+    fmtMs(s.summary.max),
+    fmtMs(s.summary.mean),
+    fmtMs(s.cpuMs),
+    s.failures,
+  ]);
+}

@@ -1,0 +1,130 @@
+/**
+ * The agent under load: throughput at K in flight beside the floor run the
+ * same way, a burst of ADDs started at once (a node booting), and ADD/DEL
+ * pairs sent in-process over the socket while the agent's RSS is sampled.
+ */
+import { callSocket } from "../agent_socket.ts";
+import { type AgentResults, type LoadPoint, summarize } from "../model.ts";
+import type { Plan } from "../plan.ts";
+import { brief, cniEnv, execTimed, ok, pool, type Ran, rssKiB, say } from "../proc.ts";
+import type { World } from "../world.ts";
+
+/** N calls of `fn` with at most `inFlight` at once. */
+async function load(
+  n: number,
+  inFlight: number,
+  fn: (i: number) => Promise<Ran>,
+): Promise<{ point: LoadPoint; results: Ran[] }> {
+  const t0 = performance.now();
+  const results = await pool(n, inFlight, fn);
+  const wallMs = performance.now() - t0;
+  const good = results.filter(ok);
+  const point = {
+    n,
+    inFlight,
+    failures: n - good.length,
+    wallMs,
+    perSecond: (good.length / wallMs) * 1000,
+    summary: summarize(good.map((r) => r.ms)),
+  };
+  return { point, results };
+}
+
+/** The floor, then ADD and DEL through the agent, each N at K in flight. */
+export async function throughputRun(w: World, plan: Plan): Promise<AgentResults["throughput"]> {
+  const n = plan.throughputN, k = plan.throughputInFlight;
+  say(`agent throughput: ${n} calls at ${k} in flight (floor, ADD, DEL)`);
+  const conf = w.g.netConf();
+  const env = cniEnv(w.g, "VERSION", "");
+  const floor = await load(n, k, () => execTimed(w.agentFloor, [], env, "{}"));
+  const run = (command: string) =>
+    load(n, k, (i) => w.g.run({ command, containerId: `tp-${i}`, stdin: conf }));
+  const add = await run("ADD");
+  const del = await run("DEL");
+  for (const [what, r] of [["ADD", add], ["DEL", del]] as const) {
+    const bad = r.results.find((x) => !ok(x));
+    if (bad) say(`  ${what}: ${r.point.failures} failed, e.g. ${brief(bad)}`);
+  }
+  return { floor: floor.point, add: add.point, del: del.point };
+}
+
+/** B ADDs started at once through the agent; then their DELs, untimed. */
+export async function burstRun(w: World, plan: Plan): Promise<AgentResults["burst"]> {
+  say(`agent burst: ${plan.burst} ADDs at once`);
+  const conf = w.g.netConf();
+  const { point, results } = await load(
+    plan.burst,
+    plan.burst,
+    (i) => w.g.run({ command: "ADD", containerId: `burst-${i}`, stdin: conf }),
+  );
+  const codes: Record<string, number> = {};
+  for (const r of results) {
+    const code = ok(r) ? "0" : String(parseCode(r.stdout));
+    codes[code] = (codes[code] ?? 0) + 1;
+  }
+  const dels = await pool(
+    plan.burst,
+    8,
+    (i) => w.g.run({ command: "DEL", containerId: `burst-${i}`, stdin: conf }),
+  );
+  const stuck = dels.filter((r) => !ok(r)).length;
+  if (stuck) say(`  ${stuck} DELs after the burst failed`);
+  return { ...point, code11: codes["11"] ?? 0, codes };
+}
+
+function parseCode(stdout: string): number | "none" {
+  try {
+    const code = JSON.parse(stdout).code;
+    return typeof code === "number" ? code : "none";
+  } catch {
+    return "none";
+  }
+}
+
+/** N in-process ADD/DEL pairs over the socket, `inFlight` at once; answers failed calls. */
+export async function pairs(
+  w: World,
+  tag: string,
+  n: number,
+  inFlight: number,
+  from = 0,
+): Promise<{ failures: number }> {
+  const conf = JSON.stringify(w.g.netConf());
+  let failures = 0;
+  await pool(n, inFlight, async (i) => {
+    const id = `${tag}-${from + i}`;
+    for (const verb of ["ADD", "DEL"]) {
+      const r = await callSocket(w.g.socket!, cniEnv(w.g, verb, id), conf).catch(() => null);
+      if (!r || r.exitCode !== 0) failures++;
+    }
+  });
+  return { failures };
+}
+
+/** The agent's RSS after the first `soakCheckpoint` pairs and after all `soakPairs`. */
+export async function soakRun(w: World, plan: Plan, pid: number): Promise<AgentResults["soak"]> {
+  const inFlight = 8;
+  say(`agent soak: ${plan.soakPairs} in-process ADD/DEL pairs, ${inFlight} in flight`);
+  const rssStartKiB = await rssKiB(pid);
+  const t0 = performance.now();
+  const first = await pairs(w, "soak", plan.soakCheckpoint, inFlight);
+  const rssCheckpointKiB = await rssKiB(pid);
+  const rest = plan.soakPairs - plan.soakCheckpoint;
+  const step = Math.max(1, Math.ceil(rest / 10));
+  let failures = first.failures;
+  for (let done = 0; done < rest; done += step) {
+    const n = Math.min(step, rest - done);
+    failures += (await pairs(w, "soak", n, inFlight, plan.soakCheckpoint + done)).failures;
+    say(`  ${plan.soakCheckpoint + done + n} pairs, agent RSS ${(await rssKiB(pid)) >> 10} MiB`);
+  }
+  return {
+    pairs: plan.soakPairs,
+    checkpoint: plan.soakCheckpoint,
+    inFlight,
+    failures,
+    wallMs: performance.now() - t0,
+    rssStartKiB,
+    rssCheckpointKiB,
+    rssEndKiB: await rssKiB(pid),
+  };
+}

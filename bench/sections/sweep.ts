@@ -1,0 +1,166 @@
+/**
+ * The cluster sweep at scale: a milo-dev of its own seeded through the API
+ * with one claim per pod (the labels and annotations the plugin writes), the
+ * Kubernetes stand-in with those pods on a few nodes, some pods removed so
+ * their claims are candidates; then lib/sweep.ts's `sweep()` in-process, a
+ * dry run and an apply, over TLS to both with production timeouts, `--grace`
+ * 0, a short `--interval` and `--max-release` above the candidates.
+ */
+import { type Attachment, claimName, ownership } from "../../lib/claims.ts";
+import { KubeClient } from "../../lib/kube.ts";
+import { MiloClient } from "../../lib/milo.ts";
+import { sweep } from "../../lib/sweep.ts";
+import { type KubeDev, startKubeDev } from "../../testing/kube_dev.ts";
+import { miloApi, type MiloDev, startMiloDev } from "../../testing/milo_dev.ts";
+import { BENCH_CLASSES, BENCH_SEED, BENCH_TOKEN } from "../../testing/seeds.ts";
+import type { SweepResults, SweepRun } from "../model.ts";
+import type { Plan } from "../plan.ts";
+import { pool, say } from "../proc.ts";
+import { PRODUCTION_TIMEOUTS } from "../world.ts";
+
+const CLUSTER = "cluster-sweep";
+/** lib/milo.ts's LIST page size and lib/kube.ts's default `limit`. */
+const PAGE = { milo: 500, kube: 250 };
+const INTERVAL_MS = 200;
+const NETWORK = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
+
+/** Creates pod `i` in the stand-in and its IPv4 claim in milo-dev. */
+async function seedOne(dev: MiloDev, kube: KubeDev, i: number, nodes: number): Promise<void> {
+  const node = `node-${i % nodes}`;
+  const pod = kube.store.addPod({ namespace: "shop", name: `web-${i}`, nodeName: node });
+  const a: Attachment = {
+    cluster: CLUSTER,
+    node,
+    network: NETWORK.name,
+    containerId: `ctr-${i}`,
+    ifname: "eth0",
+    podNamespace: "shop",
+    podName: `web-${i}`,
+    podUid: String(pod.metadata.uid),
+  };
+  const body = {
+    apiVersion: "ipam.miloapis.com/v1alpha1",
+    kind: "IPClaim",
+    metadata: {
+      name: await claimName(a, "ipv4"),
+      namespace: "default",
+      ...await ownership(a, "ipv4"),
+    },
+    spec: {
+      className: BENCH_CLASSES.ipv4,
+      ipFamily: "IPv4",
+      scope: { network: NETWORK },
+      reclaimPolicy: "Delete",
+    },
+  };
+  const r = await miloApi(dev, "POST", "/namespaces/default/ipclaims", { body });
+  if (r.status !== 201) {
+    throw new Error(`seeding claim ${i}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+}
+
+/** `ceil(n / limit)`, at least one page. */
+function pages(n: number, limit: number): number {
+  return Math.max(1, Math.ceil(n / limit));
+}
+
+async function run(dev: MiloDev, kube: KubeDev, apply: boolean, claims: number, pods: number) {
+  const nodes = kube.store.nodes().length;
+  const [milo, k8s] = await clients(dev, kube);
+  await dev.resetStats();
+  const kube0 = kube.api.log.length;
+  const t0 = performance.now();
+  const report = await sweep({
+    cluster: CLUSTER,
+    milo,
+    kube: k8s,
+    apply,
+    graceMs: 0,
+    intervalMs: INTERVAL_MS,
+    maxRelease: { count: claims },
+    operationMs: PRODUCTION_TIMEOUTS.totalMs,
+  });
+  const wallMs = performance.now() - t0;
+  milo.close();
+  k8s.close();
+  const stats = await dev.stats();
+  const log = kube.api.log.slice(kube0);
+  const c = report.totals.candidates;
+  const out: SweepRun = {
+    apply,
+    wallMs,
+    outcome: report.outcome,
+    message: report.message,
+    candidates: c,
+    released: report.totals.released,
+    wouldRelease: report.totals.wouldRelease,
+    kept: report.totals.kept,
+    failed: report.totals.failed,
+    milo: {
+      total: stats.total,
+      byMethod: stats.byMethod,
+      client: report.requests.milo,
+      // Two LISTs, then per candidate its fresh GET (and its DELETE when applying).
+      expected: 2 * pages(claims, PAGE.milo) + c * (apply ? 2 : 1),
+    },
+    kube: {
+      total: log.length,
+      lists: log.filter((r) => r.path === "/api/v1/pods" || r.path === "/api/v1/nodes").length,
+      gets: log.filter((r) => r.path.startsWith("/api/v1/namespaces/")).length,
+      client: report.requests.kubernetes,
+      expected: 2 * (pages(pods, PAGE.kube) + pages(nodes, PAGE.kube)) + c,
+    },
+  };
+  return out;
+}
+
+async function clients(dev: MiloDev, kube: KubeDev): Promise<[MiloClient, KubeClient]> {
+  const caCerts = [await Deno.readTextFile(dev.caFile!)];
+  const milo = new MiloClient({
+    baseUrl: dev.url,
+    namespace: "default",
+    token: BENCH_TOKEN,
+    requestMs: PRODUCTION_TIMEOUTS.requestMs,
+    deadline: Date.now() + PRODUCTION_TIMEOUTS.totalMs,
+    client: Deno.createHttpClient({ caCerts }),
+  });
+  const ca = await Deno.readTextFile(kube.caFile!);
+  const k8s = KubeClient.open({ server: kube.url, token: kube.token, ca, source: "bench" });
+  return [milo, k8s];
+}
+
+/** Seeds both sides, removes the orphans' pods, runs a dry run and an apply. */
+export async function sweepSection(plan: Plan): Promise<SweepResults> {
+  const n = plan.sweepClaims, nodes = plan.sweepNodes;
+  const dev = await startMiloDev({ seed: BENCH_SEED, tls: true, token: BENCH_TOKEN });
+  const kube = await startKubeDev({ tls: true });
+  try {
+    for (let i = 0; i < nodes; i++) kube.store.addNode(`node-${i}`);
+    say(`sweep: seeding ${n} claims and pods on ${nodes} nodes`);
+    const t0 = performance.now();
+    await pool(n, 16, (i) => seedOne(dev, kube, i, nodes));
+    const seedMs = performance.now() - t0;
+    const every = Math.floor(n / plan.sweepOrphans);
+    for (let j = 0; j < plan.sweepOrphans; j++) kube.store.removePod("shop", `web-${j * every}`);
+    const pods = n - plan.sweepOrphans;
+    const runs: SweepRun[] = [];
+    for (const apply of [false, true]) {
+      const r = await run(dev, kube, apply, n, pods);
+      say(`  sweep ${apply ? "apply" : "dry run"}: ${r.message} in ${r.wallMs.toFixed(0)} ms`);
+      runs.push(r);
+    }
+    return {
+      claims: n,
+      pods,
+      nodes,
+      orphans: plan.sweepOrphans,
+      pageLimits: PAGE,
+      intervalMs: INTERVAL_MS,
+      seedMs,
+      runs,
+    };
+  } finally {
+    await kube.close();
+    await dev.stop();
+  }
+}
