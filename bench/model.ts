@@ -87,6 +87,8 @@ export interface StartupResults {
   /** Bytes of main.ts bundled unminified, and the part of it that is npm:zod. */
   plainBytes: number;
   zodBytes: number;
+  /** Whether the installed bundle's entry (main.js and the chunks it imports) loads `node:module`. */
+  entryLoadsNodeModule: boolean;
 }
 
 /** One-step probe medians. */

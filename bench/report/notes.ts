@@ -10,7 +10,7 @@ function agentNotes(r: BenchResults): string[] {
   if (!floor || !add) return [];
   const agentCpu = a.agentCpuMs.add ?? NaN;
   const nm = find(r.startup.series, "node-module"), sf = find(r.startup.series, "floor");
-  const compat = nm && sf
+  const compat = nm && sf && r.startup.entryLoadsNodeModule
     ? [
       `- About ${fmtMs(nm.summary.p50 - sf.summary.p50)} ms of that gap is Node compatibility ` +
       `(\`node:module\`) loaded by the bundle's entry path, not the socket or the agent: the ` +
@@ -87,9 +87,11 @@ function startupNotes(r: BenchResults): string[] {
       `- A script that only imports \`node:module\` takes ${fmtMs(nm.summary.p50)} ms against ` +
         `the floor's ${fmtMs(sf.summary.p50)} ms: loading Node compatibility costs ` +
         `${fmtMs(nm.summary.p50 - sf.summary.p50)} ms per process. VERSION takes ` +
-        `${fmtMs(version.summary.p50)} ms; when the bundle's entry path reaches a chunk that ` +
-        `imports \`node:module\` (esbuild's \`createRequire\` prelude), every exec'd call, the ` +
-        `thin client's included, pays it.`,
+        `${fmtMs(version.summary.p50)} ms; the installed bundle's entry path ` +
+        (r.startup.entryLoadsNodeModule
+          ? "reaches a chunk that imports `node:module` (esbuild's `createRequire` prelude), so " +
+            "every exec'd call, the thin client's included, pays it."
+          : "loads no `node:module` (no CommonJS package is bundled), so no exec'd call pays it."),
     );
   }
   if (Number.isFinite(zodPct)) {

@@ -77,5 +77,24 @@ export async function startupSection(w: World, plan: Plan): Promise<StartupResul
     const order = i % 2 ? [...variants].reverse() : variants;
     for (const [key, label, run] of order) await st.run(key, label, i, run);
   }
-  return { series: st.series(), ...await bundleComposition(w.tmp) };
+  return {
+    series: st.series(),
+    ...await bundleComposition(w.tmp),
+    entryLoadsNodeModule: await entryLoadsNodeModule(w.bundleDir),
+  };
+}
+
+/** Follows main.js's static imports through the bundle's chunks, looking for `node:module`. */
+export async function entryLoadsNodeModule(bundleDir: string): Promise<boolean> {
+  const seen = new Set<string>();
+  const todo = ["main.js"];
+  while (todo.length) {
+    const file = todo.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const text = await Deno.readTextFile(`${bundleDir}/${file}`);
+    if (/from\s*"node:module"|import\s*"node:module"/.test(text)) return true;
+    for (const m of text.matchAll(/(?:from|import)\s*"\.\/([^"]+\.js)"/g)) todo.push(m[1]);
+  }
+  return false;
 }
