@@ -9,7 +9,7 @@ import { parseArgs } from "node:util";
 import { type NodeConfig, readNodeConfig } from "./config.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
-import { invoke } from "./invoke.ts";
+import { invoke, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
@@ -55,6 +55,7 @@ export class Agent {
   #metricsServer: Deno.HttpServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #reconciling: Promise<void> | undefined;
+  readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
 
   constructor(node: NodeConfig, env: (name: string) => string | undefined) {
@@ -135,34 +136,18 @@ export class Agent {
       const got = await Promise.race([read, late]).finally(() => clearTimeout(timer));
       if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
       const [header, stdin] = got;
-      // A caller that is gone (killed by its runtime) must not have its work finished later:
-      // the runtime's DEL of the same attachment may already have run.
+      // The caller's process may be killed by its runtime; its connection then closes.
       const gone = new AbortController();
       reader.closed().then(() => gone.abort());
-      const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
       // Frames go out one after the other: the ack may still be writing when the reply is ready.
       let sending = Promise.resolve();
       const send = (frame: AgentFrame) =>
         sending = sending.then(() => writeJson(conn, frame)).catch(() => {});
-      const reply = await invoke({ env, stdin, started: header.started }, {
-        nodeConfig: () => readNodeConfig(env),
-        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone.signal),
-        onDeadline: (deadline, cniVersion) => void send({ kind: "ack", deadline, cniVersion }),
-      });
+      const reply = await this.#inLane(header, () => this.#call(header, stdin, gone.signal, send));
+      if (!reply) return;
       const stdout = reply.stdout ? JSON.stringify(reply.stdout) + "\n" : "";
       await send({ kind: "reply", exitCode: reply.exitCode, stdout });
-      const verb = String(reply.record.verb ?? "none");
-      const code = String(reply.exitCode === 0 ? 0 : reply.stdout?.code ?? 1);
-      this.metrics.calls.add({ verb, code });
-      this.metrics.latency.observe({ verb }, (Date.now() - header.started) / 1000);
-      if (reply.node) {
-        this.#logger.configure(reply.node.log.file, reply.node.log.level);
-        if (reply.node.warning) await this.#logger.write("warn", { msg: reply.node.warning });
-        await this.#logger.write(reply.exitCode === 0 ? "info" : "error", {
-          ...reply.record,
-          via: "agent",
-        });
-      }
+      await this.#record(reply, header.started);
     } catch (err) {
       await this.#logger.write("error", { msg: "agent connection failed", error: errorText(err) });
     } finally {
@@ -172,6 +157,72 @@ export class Agent {
         // Closed already.
       }
     }
+  }
+
+  /**
+   * Runs `fn` after every earlier call of the same attachment (container and
+   * interface) has ended, so an ADD whose caller is gone and the runtime's DEL
+   * or next ADD of that attachment never overlap.
+   */
+  async #inLane<T>(header: RequestHeader, fn: () => Promise<T>): Promise<T> {
+    const id = header.env.CNI_CONTAINERID;
+    if (!id) return await fn();
+    const key = `${id}\u0000${header.env.CNI_IFNAME ?? ""}`;
+    const before = this.#lanes.get(key) ?? Promise.resolve();
+    let done = () => {};
+    const mine = before.then(() => new Promise<void>((r) => done = r));
+    this.#lanes.set(key, mine);
+    try {
+      await before;
+      return await fn();
+    } finally {
+      done();
+      if (this.#lanes.get(key) === mine) this.#lanes.delete(key);
+    }
+  }
+
+  /**
+   * One call, or nothing when its caller left before its turn. An ADD whose
+   * caller is gone is undone (a DEL of the same attachment): its runtime saw
+   * it fail and will not DEL a lease it never got, or has already.
+   */
+  async #call(
+    header: RequestHeader,
+    stdin: Uint8Array,
+    gone: AbortSignal,
+    send: (frame: AgentFrame) => void,
+  ): Promise<Reply | undefined> {
+    if (gone.aborted) return undefined;
+    const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
+    const reply = await invoke({ env, stdin, started: header.started }, {
+      nodeConfig: () => readNodeConfig(env),
+      openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone),
+      onDeadline: (deadline, cniVersion) => void send({ kind: "ack", deadline, cniVersion }),
+    });
+    if (gone.aborted && reply.record.verb === "ADD") {
+      const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
+      const undo = await invoke({ env: del, stdin, started: Date.now() }, {
+        nodeConfig: () => readNodeConfig(env),
+        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
+      });
+      await this.#record(undo, Date.now(), "undo: the ADD's caller is gone");
+    }
+    return reply;
+  }
+
+  async #record(reply: Reply, started: number, why?: string): Promise<void> {
+    const verb = String(reply.record.verb ?? "none");
+    const code = String(reply.exitCode === 0 ? 0 : reply.stdout?.code ?? 1);
+    this.metrics.calls.add({ verb, code });
+    this.metrics.latency.observe({ verb }, (Date.now() - started) / 1000);
+    if (!reply.node) return;
+    this.#logger.configure(reply.node.log.file, reply.node.log.level);
+    if (reply.node.warning) await this.#logger.write("warn", { msg: reply.node.warning });
+    await this.#logger.write(reply.exitCode === 0 ? "info" : "error", {
+      ...reply.record,
+      via: "agent",
+      ...(why ? { why } : {}),
+    });
   }
 
   async #open(

@@ -107,7 +107,8 @@ export interface ClientOptions {
   onRequest?: (e: RequestEvent) => void;
   /**
    * Aborted when whoever asked is gone (the agent's caller closed its
-   * connection): no request starts after it, the one in flight is cancelled.
+   * connection): no request starts after it. The one in flight is not
+   * cancelled: its answer says whether Milo made the claim, so it can be undone.
    */
   signal?: AbortSignal;
 }
@@ -295,9 +296,7 @@ export class MiloClient {
           headers,
           body: body === undefined ? undefined : JSON.stringify(body),
           redirect: "manual",
-          signal: o.signal
-            ? AbortSignal.any([AbortSignal.timeout(Math.min(o.requestMs, remaining)), o.signal])
-            : AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
@@ -336,9 +335,7 @@ export class MiloClient {
         const after = retryAfterMs(res.headers.get("retry-after"));
         if (after !== undefined) wait = Math.max(wait, after);
       } catch (err) {
-        last = o.signal?.aborted
-          ? "cancelled: the caller is gone"
-          : fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {
         o.onRequest?.({ method, status, attempt });
       }

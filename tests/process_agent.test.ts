@@ -69,7 +69,7 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
     );
 
     await t.step(
-      "a killed caller's work stops: its DEL is never undone by a late retry",
+      "a killed caller's ADD stops and is undone; its DEL is never undone by a late retry",
       async () => {
         // POST commits, then its answer hangs past requestMs; the plugin is killed at 600 ms.
         await milo.setFaults({ hangRate: 1, hangMs: 1500, faultPoint: "after", methods: ["POST"] });
@@ -86,11 +86,12 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
         // Past the hang and the agent's retry: an agent that went on would have re-created it.
         await new Promise((r) => setTimeout(r, 2_500));
         assert.equal((await milo.listClaims("tenant-a", selector)).length, 0, "no late claim");
-        const add2 = (await p.logLines()).find((l) =>
-          l.containerId === "killed" && l.verb === "ADD"
-        );
+        const lines = (await p.logLines()).filter((l) => l.containerId === "killed");
+        const add2 = lines.find((l) => l.verb === "ADD");
         assert.match(String(add2?.msg), /stopped, the caller is gone/);
-        assert.match(String(add2?.details), /cancelled: the caller is gone/);
+        const undo = lines.find((l) => l.verb === "DEL" && l.why);
+        assert.equal(undo?.why, "undo: the ADD's caller is gone");
+        assert.equal(undo?.outcome, "ok");
       },
     );
 
