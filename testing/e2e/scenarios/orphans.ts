@@ -20,8 +20,8 @@ interface Orphans {
 }
 
 const ids = (ps: Pod[]) => ps.map((p) => p.containerId).sort();
-const holders = (cs: Claim[]) =>
-  cs.map((c) => c.metadata.annotations?.["milo-ipam.io/container-id"] ?? "").sort();
+const holderOf = (c: Claim) => c.metadata.annotations?.["milo-ipam.io/container-id"] ?? "";
+const holders = (cs: Claim[]) => cs.map(holderOf).sort();
 
 async function onNode(run: Run, node: NodeName): Promise<Claim[]> {
   return (await run.w.milo.claims()).filter((c) =>
@@ -53,18 +53,20 @@ async function killedAdd(run: Run, node: NodeName): Promise<Pod> {
 }
 
 /**
- * Waits until the agents have finished the ADDs whose plugin was killed: an
- * agent carries on with a call whose client is gone, and its retry of the hung
- * POST would otherwise race the GC and reconcile below.
+ * Waits until the agents have undone the ADDs whose plugin was killed: an
+ * agent lets the hung POST answer, then releases the claim of a caller that is
+ * gone (a DEL of its attachment, logged with its reason).
  */
-async function agentFinished(run: Run, pods: Pod[]): Promise<void> {
+async function agentUndid(run: Run, pods: Pod[]): Promise<void> {
   const deadline = performance.now() + 30_000;
   for (const p of pods) {
     const inst = run.w.installs[p.node];
     const logged = async () =>
-      (await logLines(inst)).some((l) => l.verb === "ADD" && l.containerId === p.containerId);
+      (await logLines(inst)).some((l) =>
+        l.verb === "DEL" && l.why !== undefined && l.containerId === p.containerId
+      );
     while (!(await logged())) {
-      assert.ok(performance.now() < deadline, `the agent never finished ADD ${p.containerId}`);
+      assert.ok(performance.now() < deadline, `the agent never undid ADD ${p.containerId}`);
       await sleep(200);
     }
   }
@@ -93,9 +95,15 @@ async function makeOrphans(run: Run): Promise<Orphans> {
   } finally {
     await run.w.milo.clearFaults();
   }
-  orphans.a1.push(killed[0], killed[1]);
-  orphans.b1.push(killed[2]);
-  if (run.mode === "agent") await agentFinished(run, killed);
+  if (run.mode === "agent") {
+    // The agent undoes a dead caller's ADD itself: these leave no orphan.
+    await agentUndid(run, killed);
+    const left = (await run.w.milo.claims()).filter((c) => ids(killed).includes(holderOf(c)));
+    assert.deepEqual(left, [], "the agent released the killed ADDs' claims");
+  } else {
+    orphans.a1.push(killed[0], killed[1]);
+    orphans.b1.push(killed[2]);
+  }
   const before = await run.w.ledger();
   printLedger(run, "scenario 3 (orphans made)", before);
   const all = orphans.a1.length + orphans.a2.length + orphans.b1.length;
