@@ -19,6 +19,11 @@ import { FALLBACK_COUNTER } from "./run.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
+/**
+ * An acknowledgement this close to the caller's own give-up time (its node
+ * config's requestMs) may have reached it too late: it then did the call itself.
+ */
+const ACK_MARGIN_MS = 250;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
 
@@ -184,7 +189,8 @@ export class Agent {
   /**
    * One call, or nothing when its caller left before its turn. An ADD whose
    * caller is gone is undone (a DEL of the same attachment): its runtime saw
-   * it fail and will not DEL a lease it never got, or has already.
+   * it fail. Only when the caller had its acknowledgement in time: a caller
+   * that got none falls back and may have leased the same claim itself.
    */
   async #call(
     header: RequestHeader,
@@ -194,12 +200,17 @@ export class Agent {
   ): Promise<Reply | undefined> {
     if (gone.aborted) return undefined;
     const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
+    let ackedAt = Infinity;
     const reply = await invoke({ env, stdin, started: header.started }, {
       nodeConfig: () => readNodeConfig(env),
       openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone),
-      onDeadline: (deadline, cniVersion) => void send({ kind: "ack", deadline, cniVersion }),
+      onDeadline: (deadline, cniVersion) => {
+        ackedAt = Date.now();
+        send({ kind: "ack", deadline, cniVersion });
+      },
     });
-    if (gone.aborted && reply.record.verb === "ADD") {
+    const waited = reply.node ? header.started + reply.node.timeouts.requestMs : -Infinity;
+    if (gone.aborted && reply.record.verb === "ADD" && ackedAt < waited - ACK_MARGIN_MS) {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
       const undo = await invoke({ env: del, stdin, started: Date.now() }, {
         nodeConfig: () => readNodeConfig(env),
