@@ -15,11 +15,14 @@ import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import {
+  computeLedger,
+  type LedgerAttachment,
+  ledgerLine,
+  normCidr,
+} from "../testing/e2e/ledger.ts";
+import {
   CNI_PLUGINS,
   LIBCNI_RESULTS,
-  type LivePod,
-  podLedger,
-  podLedgerLine,
   Podman,
   PODMAN_CLASS,
   PODMAN_SEED,
@@ -136,18 +139,24 @@ Deno.test({
     });
     const pm = podman, dev = milo, plug = plugin;
     const claims = () => dev.listClaims("tenant-p");
-    const livePods = async (): Promise<LivePod[]> => {
+    const livePods = async (): Promise<LedgerAttachment[]> => {
       const running = (await pm.ok(["ps", "-q", "--no-trunc"])).split("\n").filter(Boolean);
       return (await pm.inspect(running)).flatMap((c) => {
         const n = c.NetworkSettings.Networks?.[NETWORK];
         return n?.IPAddress
-          ? [{ containerId: c.Id, ifname: "eth0", address: `${n.IPAddress}/${n.IPPrefixLen}` }]
+          ? [{
+            cluster: CLUSTER,
+            node: NODE,
+            containerId: c.Id,
+            ifname: "eth0",
+            addresses: [normCidr(`${n.IPAddress}/${n.IPPrefixLen}`)],
+          }]
           : [];
       });
     };
     const ledger = async (scenario: string) => {
-      const l = podLedger(await claims(), await livePods());
-      console.log(podLedgerLine(scenario, l));
+      const l = computeLedger(await claims(), await livePods());
+      console.log(ledgerLine("direct", scenario, l));
       return l;
     };
 

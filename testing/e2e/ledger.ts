@@ -4,7 +4,6 @@
  * a live pod, live pods without a claim (or whose claim holds another address).
  */
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
-import type { LiveAttachment } from "./cache.ts";
 import type { Claim } from "./milo.ts";
 
 /** The ledger's figures and what made them non-zero. */
@@ -15,6 +14,16 @@ export interface Ledger {
   claimsWithoutPod: number;
   podsWithoutClaim: number;
   details: string[];
+}
+
+/** A live attachment as the ledger reads it (the e2e's result cache, or podman's containers). */
+export interface LedgerAttachment {
+  cluster: string;
+  node: string;
+  containerId: string;
+  ifname: string;
+  /** Canonical CIDRs of its result. */
+  addresses: string[];
 }
 
 /** Canonical CIDR text (so IPv6 spellings compare equal). */
@@ -52,7 +61,7 @@ function duplicates(claims: Claim[], details: string[]): number {
 }
 
 /** Compares the claims with the live attachments. */
-export function computeLedger(claims: Claim[], live: LiveAttachment[]): Ledger {
+export function computeLedger(claims: Claim[], live: LedgerAttachment[]): Ledger {
   const details: string[] = [];
   const dup = duplicates(claims, details);
   const liveKeys = new Map(live.map((l) => [key(l.cluster, l.containerId, l.ifname), l]));
