@@ -4,7 +4,7 @@
  * fetch and an injected clock and sleep, and small assertion helpers.
  */
 import assert from "node:assert/strict";
-import { attachmentOf, claimBody } from "../lib/claims.ts";
+import { attachmentOf, claimBody, claimName } from "../lib/claims.ts";
 import { readCniEnv, type Verb } from "../lib/cni.ts";
 import { parseNodeConfig } from "../lib/config.ts";
 import { parseNetConf } from "../lib/netconf.ts";
@@ -12,6 +12,7 @@ import { CniError } from "../lib/errors.ts";
 import type { Invocation } from "../lib/invocation.ts";
 import type { Family } from "../lib/ip.ts";
 import { Journal } from "../lib/journal.ts";
+import { API_PATH } from "../lib/milo.ts";
 import { type Json, STUB_BASE, StubMilo, type WireClaim } from "./stub_milo.ts";
 
 /** A default network config: dual-stack, as the README's Galactic example. */
@@ -33,6 +34,14 @@ export const NET_CONF: Json = {
 
 /** The container ID of the fixtures' claims. */
 export const CONTAINER_ID = "9f0c1e6a4b2d48e7a1c3b5d7e9f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9";
+
+/** The IPClaims collection the invocations' client talks to. */
+export const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
+/** The attachment of {@link invocation}'s defaults (and of the fixtures' claims). */
+export const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
+/** Its claim names, per family. */
+export const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
+export const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
 
 /** How to build one invocation. */
 export interface InvocationOptions {
@@ -140,4 +149,19 @@ export async function withTempDir<T>(fn: (dir: string) => Promise<T>): Promise<T
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+}
+
+/** Runs `fn` with a fresh stub and a builder of `command` invocations over a temp state dir. */
+export function withVerb(
+  command: InvocationOptions["command"],
+  fn: (
+    stub: StubMilo,
+    inv: (o?: Partial<InvocationOptions>) => Invocation,
+    dir: string,
+  ) => Promise<void>,
+): Promise<void> {
+  return withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    await fn(stub, (o = {}) => invocation(stub, { command, stateDir: dir, ...o }), dir);
+  });
 }

@@ -1,15 +1,15 @@
 /** ADD in-process: the handler over a real MiloClient answering from the in-memory stub. */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
-import { claimName, KEYS, labelValue } from "../lib/claims.ts";
-import { API_PATH } from "../lib/milo.ts";
+import { KEYS, labelValue } from "../lib/claims.ts";
 import {
+  CLAIMS_PATH,
   CONTAINER_ID,
   existingClaim,
-  invocation,
-  type InvocationOptions,
+  NAME_V4,
+  NAME_V6,
   rejectsWith,
-  withTempDir,
+  withVerb,
 } from "../testing/stub_invocation.ts";
 import {
   fixture,
@@ -21,27 +21,11 @@ import {
   StubMilo,
 } from "../testing/stub_milo.ts";
 
-const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const V6 = { classes: { ipv6: "vpc-pods-ipv6" } };
-const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
-const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
-const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
 const FOREVER = Number.POSITIVE_INFINITY;
 
-/** Runs `fn` with a fresh stub and a builder of ADD invocations over a temp state dir. */
-function withStub(
-  fn: (
-    stub: StubMilo,
-    inv: (o?: Partial<InvocationOptions>) => ReturnType<typeof invocation>,
-    dir: string,
-  ) => Promise<void>,
-): Promise<void> {
-  return withTempDir(async (dir) => {
-    const stub = new StubMilo();
-    await fn(stub, (o = {}) => invocation(stub, { command: "ADD", stateDir: dir, ...o }), dir);
-  });
-}
+const withStub = (fn: Parameters<typeof withVerb>[1]) => withVerb("ADD", fn);
 
 const methods = (stub: StubMilo) => stub.requests.map((r) => `${r.method} ${r.path}`);
 

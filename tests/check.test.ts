@@ -1,21 +1,18 @@
 /** CHECK in-process: the handler over a real MiloClient answering from the in-memory stub. */
 import assert from "node:assert/strict";
 import { check } from "../lib/check.ts";
-import { claimName, KEYS } from "../lib/claims.ts";
-import { API_PATH } from "../lib/milo.ts";
+import { KEYS } from "../lib/claims.ts";
 import {
+  CLAIMS_PATH,
   CONTAINER_ID,
   existingClaim,
   invocation,
+  NAME_V4,
+  NAME_V6,
   rejectsWith,
   withTempDir,
 } from "../testing/stub_invocation.ts";
 import { type Json, refused, StubMilo } from "../testing/stub_milo.ts";
-
-const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
-const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
-const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
-const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
 
 /** The prevResult the ADD of the default leases printed. */
 const PREV = {

@@ -1,35 +1,22 @@
 /** DEL in-process: the handler over a real MiloClient answering from the in-memory stub. */
 import assert from "node:assert/strict";
-import { claimName, KEYS } from "../lib/claims.ts";
+import { KEYS } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
-import { API_PATH } from "../lib/milo.ts";
 import {
+  CLAIMS_PATH,
   CONTAINER_ID,
   existingClaim,
   invocation,
-  type InvocationOptions,
+  NAME_V4,
+  NAME_V6,
   rejectsWith,
-  withTempDir,
+  withVerb,
 } from "../testing/stub_invocation.ts";
 import { reply, statusReply, StubMilo } from "../testing/stub_milo.ts";
 
-const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
-const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
-const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
-const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
 const FOREVER = Number.POSITIVE_INFINITY;
 
-function withStub(
-  fn: (
-    stub: StubMilo,
-    inv: (o?: Partial<InvocationOptions>) => ReturnType<typeof invocation>,
-  ) => Promise<void>,
-): Promise<void> {
-  return withTempDir(async (dir) => {
-    const stub = new StubMilo();
-    await fn(stub, (o = {}) => invocation(stub, { command: "DEL", stateDir: dir, ...o }));
-  });
-}
+const withStub = (fn: Parameters<typeof withVerb>[1]) => withVerb("DEL", fn);
 
 /** Both claims of the attachment, as its ADD left them. */
 async function leased(stub: StubMilo, inv: ReturnType<typeof invocation>) {

@@ -3,8 +3,8 @@ import assert from "node:assert/strict";
 import { KEYS, nodeSelector } from "../lib/claims.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { gc } from "../lib/gc.ts";
-import { API_PATH } from "../lib/milo.ts";
 import {
+  CLAIMS_PATH,
   existingClaim,
   invocation,
   type InvocationOptions,
@@ -14,7 +14,6 @@ import {
 } from "../testing/stub_invocation.ts";
 import { type Json, reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
-const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 const T0 = Date.now();
 const MIN_AGE_S = 60;
 
