@@ -209,11 +209,12 @@ export class Agent {
         send({ kind: "ack", deadline, cniVersion });
       },
     });
-    const waited = reply.node ? header.started + reply.node.timeouts.requestMs : -Infinity;
-    if (gone.aborted && reply.record.verb === "ADD" && ackedAt < waited - ACK_MARGIN_MS) {
+    const node = reply.node;
+    const acked = node && ackedAt < header.started + node.timeouts.requestMs - ACK_MARGIN_MS;
+    if (node && acked && gone.aborted && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
       const undo = await invoke({ env: del, stdin, started: Date.now() }, {
-        nodeConfig: () => readNodeConfig(env),
+        nodeConfig: () => Promise.resolve(node),
         openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
       });
       await this.#record(undo, Date.now(), "undo: the ADD's caller is gone");
