@@ -243,20 +243,20 @@ export class Agent {
     deadline: number,
     signal?: AbortSignal,
   ): Promise<MiloClient> {
-    let token: string;
-    try {
-      token = await readToken(node);
-    } catch (err) {
-      this.metrics.tokenReloadFailures.add();
-      throw err;
-    }
+    const [token, client] = await Promise.all([
+      readToken(node).catch((err) => {
+        this.metrics.tokenReloadFailures.add();
+        throw err;
+      }),
+      this.#warm.for(node),
+    ]);
     return new MiloClient({
       baseUrl: node.milo.url.replace(/\/+$/, ""),
       namespace: node.milo.namespace,
       token,
       requestMs,
       deadline,
-      client: await this.#warm.for(node),
+      client,
       signal,
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });

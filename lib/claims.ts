@@ -63,9 +63,19 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
   };
 }
 
-async function sha256Hex(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+/** Recent digests: one call derives the same names several times (body, journal, log). */
+const DIGESTS = new Map<string, Promise<string>>();
+const MAX_DIGESTS = 256;
+
+function sha256Hex(text: string): Promise<string> {
+  const known = DIGESTS.get(text);
+  if (known) return known;
+  const p = crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)).then((d) =>
+    Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("")
+  );
+  if (DIGESTS.size >= MAX_DIGESTS) DIGESTS.delete(DIGESTS.keys().next().value!);
+  DIGESTS.set(text, p);
+  return p;
 }
 
 /**

@@ -17,6 +17,7 @@ import {
   readCapped,
   retryAfterMs,
 } from "./http.ts";
+import { after } from "./timers.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
 export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
@@ -106,7 +107,7 @@ export class KubeClient {
     }
     this.#o = {
       fetch,
-      sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+      sleep: after,
       random: Math.random,
       requestMs: 10_000,
       operationMs: 120_000,
@@ -213,8 +214,8 @@ export class KubeClient {
         if (res.status === 404 && notFound !== undefined && isNotFound) return null;
         if (!isTransientStatus(res.status)) throw kubeStatusError(what, res.status, st, text);
         last = `HTTP ${res.status}${st?.message ? `: ${st.message}` : ""}`;
-        const after = retryAfterMs(res.headers.get("retry-after"));
-        if (after !== undefined) wait = Math.max(wait, Math.min(after, RETRY_AFTER_CAP_MS));
+        const hinted = retryAfterMs(res.headers.get("retry-after"));
+        if (hinted !== undefined) wait = Math.max(wait, Math.min(hinted, RETRY_AFTER_CAP_MS));
       } catch (err) {
         if (err instanceof CniError) throw err;
         const fatal = fatalFetchError(err, o.server);

@@ -17,6 +17,7 @@ import {
   readToken,
   retryAfterMs,
 } from "./http.ts";
+import { after } from "./timers.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
@@ -134,7 +135,7 @@ export class MiloClient {
     this.#o = options;
     this.#counter = counter;
     this.#fetch = options.fetch ?? fetch;
-    this.#sleep = options.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.#sleep = options.sleep ?? after;
     this.#random = options.random ?? Math.random;
   }
 
@@ -332,8 +333,8 @@ export class MiloClient {
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
-        const after = retryAfterMs(res.headers.get("retry-after"));
-        if (after !== undefined) wait = Math.max(wait, after);
+        const hinted = retryAfterMs(res.headers.get("retry-after"));
+        if (hinted !== undefined) wait = Math.max(wait, hinted);
       } catch (err) {
         last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {

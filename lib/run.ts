@@ -6,9 +6,10 @@ import { encodeError, LATEST_VERSION } from "./cni.ts";
 import { readNodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
 import { invoke, type Reply } from "./invoke.ts";
-import { Logger } from "./log.ts";
+import { append, Logger } from "./log.ts";
 import { MiloClient } from "./milo.ts";
 import { readStdinBytes } from "./stdin.ts";
+import { type Timer, timer } from "./timers.ts";
 
 /** Extra time the watchdog allows past `timeouts.totalMs` (counted from process start). */
 export const WATCHDOG_GRACE_MS = 500;
@@ -37,7 +38,7 @@ export class Stdout {
  * when nothing was printed yet, else with the code of what was printed.
  */
 export class Watchdog {
-  #timer: ReturnType<typeof setTimeout> | undefined;
+  #timer: Timer | undefined;
   #version = LATEST_VERSION;
   readonly #out: Stdout;
 
@@ -49,8 +50,9 @@ export class Watchdog {
   /** Moves the deadline (ms since epoch); `cniVersion` is the version of the error printed. */
   arm(deadline: number, cniVersion?: string, totalMs?: number): void {
     if (cniVersion) this.#version = cniVersion;
-    clearTimeout(this.#timer);
-    const timer = setTimeout(() => {
+    this.#timer?.cancel();
+    const t = timer(deadline + WATCHDOG_GRACE_MS - Date.now());
+    t.done.then(() => {
       const e = new CniError(
         "transient",
         "invocation exceeded timeouts.totalMs",
@@ -58,14 +60,13 @@ export class Watchdog {
       );
       this.#out.print(encodeError(this.#version, e), 1);
       Deno.exit(this.#out.code ?? 1);
-    }, Math.max(0, deadline + WATCHDOG_GRACE_MS - Date.now()));
-    Deno.unrefTimer(timer);
-    this.#timer = timer;
+    });
+    this.#timer = t;
   }
 
   /** Stops watching. */
   disarm(): void {
-    clearTimeout(this.#timer);
+    this.#timer?.cancel();
   }
 }
 
@@ -89,10 +90,7 @@ async function writeLog(reply: Reply, fallback?: Fallback): Promise<void> {
 
 /** Counts a fallback for the agent's metrics: one byte appended to the counter file. */
 async function countFallback(stateDir: string): Promise<void> {
-  await Deno.writeFile(`${stateDir}/${FALLBACK_COUNTER}`, new Uint8Array([0x2e]), {
-    append: true,
-    create: true,
-  }).catch(() => {});
+  await append(`${stateDir}/${FALLBACK_COUNTER}`, new Uint8Array([0x2e]), 0o644).catch(() => {});
 }
 
 /**

@@ -29,6 +29,7 @@ import {
   type SweepReport,
   type SweepRow,
 } from "./sweep_report.ts";
+import { after } from "./timers.ts";
 
 /** Everything one run needs. */
 export interface SweepOptions {
@@ -86,7 +87,7 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
     const first = await observe(o, now, report);
     let second = first;
     if (first.candidates.size) {
-      await (o.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms))))(o.intervalMs);
+      await (o.sleep ?? after)(o.intervalMs);
       second = await observe(o, now, report);
     }
     const pending = decide(o, start, first, second, report);

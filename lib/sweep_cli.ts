@@ -18,6 +18,7 @@ import {
   renderText,
   type SweepReport,
 } from "./sweep_report.ts";
+import { after } from "./timers.ts";
 
 /** The command line. */
 export const USAGE = "usage: milo-ipam sweep [--config FILE] [--kubeconfig FILE] [--apply] " +
@@ -131,7 +132,7 @@ const DEFAULT_IO: SweepIo = {
   env: (n) => Deno.env.get(n),
   write: (text) => void Deno.stdout.writeSync(new TextEncoder().encode(text)),
   now: Date.now,
-  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  sleep: after,
   open: openClients,
 };
 

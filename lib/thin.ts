@@ -19,6 +19,7 @@ import {
   nodeConfigPath,
 } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
+import { within } from "./timers.ts";
 
 /** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
 const GRACE_MS = 500;
@@ -59,19 +60,6 @@ async function hints(env: (name: string) => string | undefined): Promise<Hints |
     };
   } catch {
     return undefined;
-  }
-}
-
-/** Resolves with the promise's value, or with `onTimeout()` after `ms`. */
-async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<T>((r) => timer = setTimeout(() => r(onTimeout()), Math.max(0, ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
   }
 }
 

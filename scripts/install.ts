@@ -59,6 +59,11 @@ async function real(p: string): Promise<string> {
   }
 }
 
+/** The directory beside the executable holding the bundle (and the launcher's Deno). */
+function supportDir(dir: string): string {
+  return join(resolve(dir), ".milo-ipam");
+}
+
 /** The sandbox grants the node config calls for (see {@link plan}). */
 export async function grantsFor(o: InstallOptions): Promise<Grants> {
   return (await plan(o)).grants;
@@ -84,6 +89,8 @@ async function plan(
   const socketDir = dirname(node.agent.socket);
   const kube = await kubeGrants(o.kube);
   const nonCniNet = [...(node.agent.metrics ? [node.agent.metrics] : []), ...kube.net];
+  // The bundle's chunks load on demand (RUNTIME_FLAGS), under the read grant.
+  const code = supportDir(o.dir);
   const g: Grants = {
     net: [
       netGrant(m.url),
@@ -93,6 +100,7 @@ async function plan(
       ...nonCniNet,
     ],
     read: [
+      code,
       path,
       DEFAULT_NODE_CONFIG,
       LEGACY_NODE_CONFIG,
@@ -105,13 +113,14 @@ async function plan(
     write: [node.log.file, node.stateDir, socketDir],
   };
   const writable = await Promise.all(g.write.map(real));
-  for (const f of [...secrets, ...kube.read, path]) {
+  for (const f of [...secrets, ...kube.read, path, code]) {
     const at = await real(f);
     const inside = writable.find((w) => isInside(at, w));
     if (inside) {
       throw new Error(
         `refusing to install: ${f} lies inside ${inside}, which the plugin may write; ` +
-          "keep the token, TLS files and node config out of log.file, stateDir and the socket's directory",
+          "keep the token, TLS files, node config and the install dir out of log.file, stateDir " +
+          "and the socket's directory",
       );
     }
   }
@@ -187,12 +196,20 @@ function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
+/**
+ * Runtime flags of both forms besides the permissions. Deno loads every
+ * statically named dynamic import at start unless told to load them lazily:
+ * without it, each call would read and analyse the sweep, agent and handler
+ * chunks it never runs.
+ */
+const RUNTIME_FLAGS = ["--no-config", "--unstable-lazy-dynamic-imports"];
+
 /** The launcher script: pinned Deno, bundled module, the same flags. */
 export function launcherScript(deno: string, bundle: string, flags: string[]): string {
   const argv = [
     deno,
     "run",
-    "--no-config",
+    ...RUNTIME_FLAGS,
     "--no-lock",
     "--no-remote",
     "--no-npm",
@@ -291,7 +308,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
     throw new Error(`install needs Deno ${DENO_VERSION} (running ${Deno.version.deno})`);
   }
   const dir = resolve(o.dir);
-  const support = join(dir, ".milo-ipam");
+  const support = supportDir(dir);
   await Deno.mkdir(support, { recursive: true, mode: 0o755 });
   const { path, grants, nonCniNet } = await plan(o);
   const flags = permissionFlags(grants);
@@ -307,7 +324,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
   if (mode === "compile" || (mode === "auto" && !compileUnavailable)) {
     const tmp = `${target}.${crypto.randomUUID().slice(0, 8)}.tmp`;
     const compiled = await run(
-      ["compile", "--quiet", "--no-config", ...flags, "--output", tmp, bundle],
+      ["compile", "--quiet", ...RUNTIME_FLAGS, ...flags, "--output", tmp, bundle],
       COMPILE_TIMEOUT_MS,
     );
     if (compiled.ok) {

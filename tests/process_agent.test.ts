@@ -149,3 +149,45 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
     await milo.stop();
   }
 });
+
+/** The bundle's files that `main.js` reaches by static imports (the thin client's graph). */
+async function staticGraph(dir: string): Promise<Set<string>> {
+  const seen = new Set<string>();
+  const visit = async (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    const text = await Deno.readTextFile(`${dir}/${file}`);
+    for (const m of text.matchAll(/import(?:[^("']*?from)?\s*"\.\/([\w-]+\.js)"/g)) {
+      await visit(m[1]);
+    }
+  };
+  await visit("main.js");
+  return seen;
+}
+
+Deno.test("agent: a call it answers loads only the thin client's modules", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, agent: true });
+  try {
+    await p.startAgent();
+    const support = `${p.dir}/bin/.milo-ipam`;
+    const entry = await Deno.readTextFile(`${support}/milo-ipam.js`);
+    const dir = `${support}/${/\.\/(bundle-[0-9a-f]+)\/main\.js/.exec(entry)![1]}`;
+    const thin = await staticGraph(dir);
+    const lazy = [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => !thin.has(n));
+    assert.ok(lazy.length > 0 && thin.size < lazy.length, `thin: ${[...thin]}`);
+    // FIFOs without a writer: a process that so much as opens one of them hangs.
+    for (const n of lazy) {
+      await Deno.remove(`${dir}/${n}`);
+      const made = await new Deno.Command("mkfifo", { args: [`${dir}/${n}`] }).output();
+      assert.ok(made.success, `mkfifo ${n}`);
+    }
+    const conf = p.netConf();
+    assertOk(await p.run({ command: "ADD", containerId: "thin", stdin: conf, timeoutMs: 10_000 }));
+    assertOk(await p.run({ command: "DEL", containerId: "thin", stdin: conf, timeoutMs: 10_000 }));
+    assert.deepEqual(await via(p.logFile, "thin"), ["agent", "agent"]);
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});
