@@ -8,6 +8,7 @@
 import { installed } from "./lib/paths.ts";
 import { callAgent } from "./lib/thin.ts";
 import { readStdinBytes } from "./lib/stdin.ts";
+import { warmTlsCrypto } from "./lib/warm.ts";
 
 /** When this process started (ms since epoch): the CNI deadline counts from here. */
 const STARTED = performance.timeOrigin;
@@ -61,6 +62,7 @@ async function cni(): Promise<number> {
     write(r.stdout);
     return r.exitCode;
   }
+  if (r.https) warmTlsCrypto();
   return await (await import("./lib/run.ts")).runPlugin(STARTED, stdin, r);
 }
 

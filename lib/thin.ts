@@ -29,7 +29,7 @@ const DEFAULT_REQUEST_MS = 2_000;
 /** What asking the agent came to. */
 export type AgentOutcome =
   | { kind: "done"; exitCode: number; stdout: string }
-  | { kind: "fallback"; reason: string; counted: boolean; stateDir?: string };
+  | { kind: "fallback"; reason: string; counted: boolean; stateDir?: string; https?: boolean };
 
 /** The few node settings the client needs, read without the schema. */
 interface Hints {
@@ -38,6 +38,8 @@ interface Hints {
   /** Set when the node config has an `agent` section: a fallback is then worth counting. */
   expected: boolean;
   stateDir?: string;
+  /** Set when `milo.url` is https: the fallback then makes a first TLS connection. */
+  https: boolean;
 }
 
 async function hints(env: (name: string) => string | undefined): Promise<Hints | undefined> {
@@ -57,6 +59,7 @@ async function hints(env: (name: string) => string | undefined): Promise<Hints |
       requestMs: Number.isInteger(requestMs) && requestMs > 0 ? requestMs : DEFAULT_REQUEST_MS,
       expected: agent !== undefined,
       stateDir: typeof v?.stateDir === "string" ? v.stateDir : undefined,
+      https: typeof v?.milo?.url === "string" && v.milo.url.startsWith("https:"),
     };
   } catch {
     return undefined;
@@ -91,6 +94,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     reason,
     counted: h.expected,
     stateDir: h.stateDir,
+    https: h.https,
   });
   let conn: Deno.UnixConn;
   try {

@@ -268,6 +268,7 @@ Deno.test("install grants come from the node config, for launcher and binary ali
     ]);
     assert.ok(g.read.includes("/etc/milo-ipam/token") && g.read.includes("/etc/milo-ipam/ca.crt"));
     assert.ok(g.read.includes(path));
+    assert.ok(g.read.includes(`${dir}/bin/.milo-ipam`), "the bundle's chunks load on demand");
     assert.deepEqual(g.write.sort(), [
       "/run/milo-ipam",
       `${dir}/log/milo-ipam.log`,
@@ -284,6 +285,8 @@ Deno.test("install grants come from the node config, for launcher and binary ali
       stateDir: `${dir}/state`,
     });
     await assert.rejects(grantsFor({ dir, config: path }), /token.*inside/);
+    await write({ ...NODE, stateDir: `${dir}/bin` });
+    await assert.rejects(grantsFor({ dir: `${dir}/bin`, config: path }), /\.milo-ipam lies inside/);
     await write({ ...NODE, log: { file: NODE.milo.tokenFile } });
     await assert.rejects(grantsFor({ dir, config: path }), /inside/);
     await assert.rejects(grantsFor({ dir, config: `${dir}/absent.json` }), /cannot read/);
