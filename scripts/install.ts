@@ -323,8 +323,10 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const say = (m: string) => o.quiet || console.error(m);
   if (mode === "compile" || (mode === "auto" && !compileUnavailable)) {
     const tmp = `${target}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+    // Every chunk goes into the binary, whether or not compile follows lazy imports.
+    const chunks = ["--include", join(support, dirName)];
     const compiled = await run(
-      ["compile", "--quiet", ...RUNTIME_FLAGS, ...flags, "--output", tmp, bundle],
+      ["compile", "--quiet", ...RUNTIME_FLAGS, ...chunks, ...flags, "--output", tmp, bundle],
       COMPILE_TIMEOUT_MS,
     );
     if (compiled.ok) {

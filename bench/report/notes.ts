@@ -52,7 +52,10 @@ function fallbackNotes(r: BenchResults): string[] {
         `fetch over TLS ${fmtMs(tlsOne.cpuMs)} ms of CPU, \`Deno.connectTls\` alone ` +
         `${
           fmtMs(connect.cpuMs)
-        } ms. Only a resident process (the agent) avoids paying it per call.`,
+        } ms. It is a one-time initialisation of the crypto backend: a resident process (the ` +
+        `agent) pays it once; the exec'd plugin doing the work itself starts it on a worker ` +
+        `thread before loading its handlers (lib/warm.ts), so it overlaps the wall time but ` +
+        `still costs the CPU.`,
     );
   }
   const pm = (k: "bundleLoad" | "libLoad" | "configParse" | "claimBodies") =>
