@@ -46,6 +46,8 @@ class WarmClient {
 
   close(): void {
     this.#client?.close();
+    this.#client = undefined;
+    this.#key = undefined;
   }
 }
 
@@ -100,7 +102,7 @@ export class Agent {
   /**
    * Stops accepting, removes the socket, and lets the calls in flight finish
    * for as long as one call may take (the node's totalMs and the watchdog's
-   * grace): their plugins give up by then anyway.
+   * grace): their plugins give up by then anyway. Calling it again is harmless.
    */
   async stop(): Promise<void> {
     clearInterval(this.#timer);

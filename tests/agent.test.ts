@@ -1,0 +1,105 @@
+/**
+ * The agent in-process, against milo-dev: what it does with an ADD whose
+ * caller hangs up after the acknowledgement. In time, the caller is known to
+ * have waited and failed, so the agent undoes the ADD; late (after the
+ * caller's own requestMs minus the margin), the caller may have fallen back
+ * and leased the same claims itself, so the agent leaves them.
+ */
+import assert from "node:assert/strict";
+import { Agent } from "../lib/agent.ts";
+import { KEYS } from "../lib/claims.ts";
+import { readNodeConfig } from "../lib/config.ts";
+import {
+  type AgentFrame,
+  FrameReader,
+  type RequestHeader,
+  writeFrame,
+  writeJson,
+} from "../lib/frames.ts";
+import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
+import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+import { withTempDir } from "../testing/stub_invocation.ts";
+
+const REQUEST_MS = 1_000;
+const NET_CONF = {
+  cniVersion: "1.1.0",
+  name: "vpc-7b3e",
+  type: "bridge",
+  ipam: {
+    type: "milo-ipam",
+    classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
+    scope: { network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" } },
+  },
+};
+
+/** Sends an ADD that says it started `ageMs` ago, reads the ack, and hangs up. */
+async function addThenHangUp(socket: string, config: string, id: string, ageMs: number) {
+  const conn = await Deno.connect({ transport: "unix", path: socket });
+  try {
+    const env = {
+      CNI_COMMAND: "ADD",
+      CNI_CONTAINERID: id,
+      CNI_IFNAME: "eth0",
+      CNI_NETNS: "/var/run/netns/test",
+      CNI_PATH: "/opt/cni/bin",
+      MILO_IPAM_CONFIG: config,
+    };
+    const header: RequestHeader = { v: 1, env, started: Date.now() - ageMs };
+    await writeJson(conn, header);
+    await writeFrame(conn, new TextEncoder().encode(JSON.stringify(NET_CONF)));
+    const first = await new FrameReader(conn).json<AgentFrame>();
+    assert.equal(first?.kind, "ack", "the agent acknowledges before Milo answers");
+  } finally {
+    conn.close();
+  }
+}
+
+async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Promise<void>) {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  try {
+    await withTempDir(async (dir) => {
+      await Deno.writeTextFile(`${dir}/token`, TOKEN + "\n");
+      await Deno.mkdir(`${dir}/state`);
+      const config = `${dir}/node.json`;
+      await Deno.writeTextFile(
+        config,
+        JSON.stringify({
+          milo: { url: milo.url, tokenFile: `${dir}/token` },
+          cluster: "cluster-a",
+          node: "node-a1",
+          log: { file: `${dir}/milo-ipam.log`, level: "info" },
+          resultsDir: `${dir}/results`,
+          stateDir: `${dir}/state`,
+          timeouts: { requestMs: REQUEST_MS, totalMs: 4_000 },
+          agent: { socket: `${dir}/run/agent.sock`, reconcileIntervalS: 86_400 },
+        }),
+      );
+      const env = (n: string) => n === "MILO_IPAM_CONFIG" ? config : undefined;
+      const agent = new Agent(await readNodeConfig(env), env);
+      await agent.start();
+      try {
+        await fn(milo, agent, config);
+      } finally {
+        await agent.stop();
+      }
+    });
+  } finally {
+    await milo.stop();
+  }
+}
+
+const held = (milo: MiloDev, id: string) =>
+  milo.listClaims("tenant-a", `${KEYS.containerId}=${id}`).then((c) => c.length);
+
+Deno.test("agent: an ADD whose caller hung up after a timely ack is undone; after a late one, kept", async () => {
+  await withAgent(async (milo, agent, config) => {
+    // POSTs commit, then their answers wait: the hang-up is seen while the ADD is in flight.
+    await milo.setFaults({ hangRate: 1, hangMs: 300, faultPoint: "after", methods: ["POST"] });
+    await addThenHangUp(agent.socket, config, "timely", 0);
+    await addThenHangUp(agent.socket, config, "late", REQUEST_MS - 100);
+    // stop() waits for the calls in flight, the undo included.
+    await agent.stop();
+    assert.equal(await held(milo, "timely"), 0, "undone: its caller waited and saw it fail");
+    assert.equal(await held(milo, "late"), 2, "kept: its caller may have fallen back to these");
+  });
+});
