@@ -3,7 +3,7 @@ import { encodeResult, type Lease } from "./cni.ts";
 import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
-import type { IPClaim } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 
 /** A lease this ADD holds: the claim's name and uid besides the address. */
 type Held = Lease & { name: string; uid?: string };

@@ -12,7 +12,7 @@ import {
   parseCidr,
   specialUse,
 } from "./ip.ts";
-import type { IPClaim } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
 export const PREFIX = "milo-ipam.io/";

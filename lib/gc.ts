@@ -2,7 +2,7 @@ import { holderOf, nodeSelector } from "./claims.ts";
 import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import type { Handler } from "./invocation.ts";
-import type { IPClaim } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 
 const DELETE_CONCURRENCY = 8;
 

@@ -1,13 +1,10 @@
-import * as z from "zod/mini";
+/**
+ * The Milo client: one request per call on the happy path, deadlines,
+ * bounded jittered retries, no redirects, Status-aware errors, and the
+ * caller's abort. What Milo's answers are is in milo_objects.ts.
+ */
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
-import {
-  clip,
-  CniError,
-  errorText,
-  isTransientStatus,
-  type Outcome,
-  outcomeOfHttpStatus,
-} from "./errors.ts";
+import { clip, CniError, errorText, isTransientStatus } from "./errors.ts";
 import {
   httpClientFor,
   isNotCapable,
@@ -17,6 +14,17 @@ import {
   readToken,
   retryAfterMs,
 } from "./http.ts";
+import {
+  type IPClaim,
+  IPClaimListSchema,
+  IPClaimSchema,
+  IPClassListSchema,
+  parse,
+  parseJson,
+  QUOTE_CHARS,
+  statusError,
+  statusOf,
+} from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
@@ -24,64 +32,9 @@ export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
 
 /** Largest Milo response body read; a bigger one is a protocol error. */
 export const MAX_BODY_BYTES = 1024 * 1024;
-/** How much of an unexpected body an error quotes. */
-const QUOTE_CHARS = 300;
 /** Page size of LIST requests, and the most pages followed. */
 const PAGE_LIMIT = 500;
 const MAX_PAGES = 1_000;
-
-const stringMap = z.optional(z.record(z.string(), z.string()));
-
-/** An IPClaim as Milo answers it (only the fields milo-ipam reads are checked). */
-export const IPClaimSchema = z.looseObject({
-  metadata: z.looseObject({
-    name: z.string(),
-    uid: z.optional(z.string()),
-    labels: stringMap,
-    annotations: stringMap,
-    creationTimestamp: z.optional(z.string()),
-  }),
-  spec: z._default(
-    z.looseObject({ className: z.optional(z.string()), ipFamily: z.optional(z.string()) }),
-    {},
-  ),
-  status: z._default(
-    z.looseObject({
-      phase: z.optional(z.string()),
-      address: z.optional(z.string()),
-      allocatedCIDR: z.optional(z.string()),
-      poolRef: z.optional(z.looseObject({ name: z.string() })),
-    }),
-    {},
-  ),
-});
-
-/** A validated IPClaim. */
-export type IPClaim = z.infer<typeof IPClaimSchema>;
-
-const IPClaimListSchema = z.looseObject({
-  items: z.array(IPClaimSchema),
-  metadata: z.optional(z.looseObject({ continue: z.optional(z.string()) })),
-});
-const IPClassListSchema = z.looseObject({
-  items: z.array(z.looseObject({ metadata: z.looseObject({ name: z.string() }) })),
-});
-const StatusSchema = z.looseObject({
-  kind: z.literal("Status"),
-  message: z.optional(z.string()),
-  reason: z.optional(z.string()),
-  details: z.optional(z.looseObject({
-    name: z.optional(z.string()),
-    causes: z.optional(z.array(z.looseObject({
-      type: z.optional(z.string()),
-      field: z.optional(z.string()),
-      message: z.optional(z.string()),
-    }))),
-  })),
-});
-
-/** A Kubernetes Status object as Milo sends with every error. */
-export type MiloStatus = z.infer<typeof StatusSchema>;
 
 /** One HTTP exchange as the client saw it, for metrics. */
 export interface RequestEvent {
@@ -367,75 +320,6 @@ export class MiloClient {
   #backoff(attempt: number): number {
     const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
     return Math.round(ceiling / 2 + this.#random() * ceiling / 2);
-  }
-}
-
-function statusOf(json: unknown): MiloStatus | undefined {
-  const r = StatusSchema.safeParse(json);
-  return r.success ? r.data : undefined;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
-function parse<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string): z.infer<T> {
-  const r = schema.safeParse(body);
-  if (!r.success) {
-    const i = r.error.issues[0];
-    throw new CniError(
-      "protocol",
-      `Milo answered a malformed ${kind}`,
-      `${i.path.join(".")}: ${i.message}`,
-    );
-  }
-  return r.data;
-}
-
-function causes(st: MiloStatus | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const c of st?.details?.causes ?? []) {
-    if (c.field && c.message) out[c.field] = c.message;
-  }
-  return out;
-}
-
-/** Maps a non-retryable Milo answer to a CniError, using the Status object for detail. */
-export function statusError(
-  what: string,
-  status: number,
-  st: MiloStatus | undefined,
-  text = "",
-): CniError {
-  const outcome: Outcome = outcomeOfHttpStatus(status);
-  const said = st?.message ?? (text ? clip(text, QUOTE_CHARS) : "");
-  const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}${
-    said ? `: ${said}` : ""
-  }`;
-  switch (outcome) {
-    case "exhausted": {
-      const c = causes(st);
-      const pool = c.poolName ?? "(unnamed)", cls = c.className ?? "(unnamed)";
-      return new CniError(outcome, `Milo pool ${pool} serving class ${cls} is exhausted`, detail);
-    }
-    case "auth":
-      return new CniError(
-        outcome,
-        status === 401
-          ? "Milo rejected the token (401): check milo.tokenFile"
-          : "Milo forbids this request (403): check the token's project and the class",
-        detail,
-      );
-    default:
-      return new CniError(
-        outcome,
-        st?.message ? `Milo: ${st.message}` : `Milo answered HTTP ${status}`,
-        detail,
-      );
   }
 }
 

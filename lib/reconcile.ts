@@ -16,7 +16,8 @@ import { isPlainObject } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { Journal, type JournalClaim, type JournalEntry, writeAtomic } from "./journal.ts";
-import type { IPClaim, MiloClient, Release } from "./milo.ts";
+import type { MiloClient, Release } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 
 /** One live attachment found in the result cache. */
 export interface CachedAttachment {

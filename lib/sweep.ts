@@ -18,7 +18,8 @@ import { clusterSelector, holderOf } from "./claims.ts";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
-import type { IPClaim, MiloClient, Release } from "./milo.ts";
+import type { MiloClient, Release } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 import {
   type Action,
   emptyReport,

@@ -5,7 +5,7 @@
  * faults, stats, claims, pool status, deleting a claim behind the plugin's back.
  */
 import * as z from "zod/mini";
-import { type IPClaim, IPClaimSchema } from "../../lib/milo.ts";
+import { type IPClaim, IPClaimSchema } from "../../lib/milo_objects.ts";
 import type { Stats } from "../../milo-dev/stats.ts";
 import { eachLine } from "../child.ts";
 import { type MiloDev, startMiloDev } from "../milo_dev.ts";

@@ -1,0 +1,138 @@
+/**
+ * Milo's wire objects as milo-ipam reads them: the IPClaim, its list, the
+ * IPClass list and the Status object of every error (zod schemas checking
+ * only the fields read), and what an answer turns into: a parsed object, a
+ * protocol error for a malformed one, a CniError for a Status.
+ */
+import * as z from "zod/mini";
+import { clip, CniError, type Outcome, outcomeOfHttpStatus } from "./errors.ts";
+
+/** How much of an unexpected body an error quotes. */
+export const QUOTE_CHARS = 300;
+
+const stringMap = z.optional(z.record(z.string(), z.string()));
+
+/** An IPClaim as Milo answers it (only the fields milo-ipam reads are checked). */
+export const IPClaimSchema = z.looseObject({
+  metadata: z.looseObject({
+    name: z.string(),
+    uid: z.optional(z.string()),
+    labels: stringMap,
+    annotations: stringMap,
+    creationTimestamp: z.optional(z.string()),
+  }),
+  spec: z._default(
+    z.looseObject({ className: z.optional(z.string()), ipFamily: z.optional(z.string()) }),
+    {},
+  ),
+  status: z._default(
+    z.looseObject({
+      phase: z.optional(z.string()),
+      address: z.optional(z.string()),
+      allocatedCIDR: z.optional(z.string()),
+      poolRef: z.optional(z.looseObject({ name: z.string() })),
+    }),
+    {},
+  ),
+});
+
+/** A validated IPClaim. */
+export type IPClaim = z.infer<typeof IPClaimSchema>;
+
+/** An IPClaimList page. */
+export const IPClaimListSchema = z.looseObject({
+  items: z.array(IPClaimSchema),
+  metadata: z.optional(z.looseObject({ continue: z.optional(z.string()) })),
+});
+/** An IPClassList. */
+export const IPClassListSchema = z.looseObject({
+  items: z.array(z.looseObject({ metadata: z.looseObject({ name: z.string() }) })),
+});
+const StatusSchema = z.looseObject({
+  kind: z.literal("Status"),
+  message: z.optional(z.string()),
+  reason: z.optional(z.string()),
+  details: z.optional(z.looseObject({
+    name: z.optional(z.string()),
+    causes: z.optional(z.array(z.looseObject({
+      type: z.optional(z.string()),
+      field: z.optional(z.string()),
+      message: z.optional(z.string()),
+    }))),
+  })),
+});
+
+/** A Kubernetes Status object as Milo sends with every error. */
+export type MiloStatus = z.infer<typeof StatusSchema>;
+
+/** The Status object in an error body, if it is one. */
+export function statusOf(json: unknown): MiloStatus | undefined {
+  const r = StatusSchema.safeParse(json);
+  return r.success ? r.data : undefined;
+}
+
+/** The body as JSON, or undefined when it is not JSON. */
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The body as `schema`, or a protocol error naming the first bad field. */
+export function parse<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string): z.infer<T> {
+  const r = schema.safeParse(body);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new CniError(
+      "protocol",
+      `Milo answered a malformed ${kind}`,
+      `${i.path.join(".")}: ${i.message}`,
+    );
+  }
+  return r.data;
+}
+
+function causes(st: MiloStatus | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const c of st?.details?.causes ?? []) {
+    if (c.field && c.message) out[c.field] = c.message;
+  }
+  return out;
+}
+
+/** Maps a non-retryable Milo answer to a CniError, using the Status object for detail. */
+export function statusError(
+  what: string,
+  status: number,
+  st: MiloStatus | undefined,
+  text = "",
+): CniError {
+  const outcome: Outcome = outcomeOfHttpStatus(status);
+  const said = st?.message ?? (text ? clip(text, QUOTE_CHARS) : "");
+  const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}${
+    said ? `: ${said}` : ""
+  }`;
+  switch (outcome) {
+    case "exhausted": {
+      const c = causes(st);
+      const pool = c.poolName ?? "(unnamed)", cls = c.className ?? "(unnamed)";
+      return new CniError(outcome, `Milo pool ${pool} serving class ${cls} is exhausted`, detail);
+    }
+    case "auth":
+      return new CniError(
+        outcome,
+        status === 401
+          ? "Milo rejected the token (401): check milo.tokenFile"
+          : "Milo forbids this request (403): check the token's project and the class",
+        detail,
+      );
+    default:
+      return new CniError(
+        outcome,
+        st?.message ? `Milo: ${st.message}` : `Milo answered HTTP ${status}`,
+        detail,
+      );
+  }
+}
