@@ -16,6 +16,7 @@ import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { MiloClient } from "./milo.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
+import { within } from "./timers.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
@@ -112,10 +113,8 @@ export class Agent {
       // Closed already.
     }
     await Deno.remove(this.socket).catch(() => {});
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const bound = new Promise((r) => timer = setTimeout(r, this.#node.timeouts.totalMs + 1_000));
-    await Promise.race([Promise.allSettled([...this.#inflight, this.#reconciling]), bound]);
-    clearTimeout(timer);
+    const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
+    await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
     await this.#metricsServer?.shutdown();
     this.#warm.close();
   }
@@ -138,9 +137,7 @@ export class Agent {
       const reader = new FrameReader(conn);
       const read = (async () =>
         [await reader.json<RequestHeader>(), await reader.next()] as const)();
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const late = new Promise<null>((r) => timer = setTimeout(() => r(null), REQUEST_READ_MS));
-      const got = await Promise.race([read, late]).finally(() => clearTimeout(timer));
+      const got = await within(read, REQUEST_READ_MS, () => null);
       if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
       const [header, stdin] = got;
       // The caller's process may be killed by its runtime; its connection then closes.
