@@ -1,11 +1,5 @@
 /** Calls the node agent in-process over its unix socket, as lib/thin.ts does from a process. */
-import {
-  type AgentFrame,
-  FrameReader,
-  type RequestHeader,
-  writeFrame,
-  writeJson,
-} from "../lib/frames.ts";
+import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "../lib/frames.ts";
 
 /** The agent's reply to one invocation. */
 export interface SocketReply {
@@ -22,8 +16,7 @@ export async function callSocket(
   const conn = await Deno.connect({ transport: "unix", path: socket });
   try {
     const header: RequestHeader = { v: 1, env: cniOnly(env), started: Date.now() };
-    await writeJson(conn, header);
-    await writeFrame(conn, new TextEncoder().encode(stdin));
+    await writeRequest(conn, header, new TextEncoder().encode(stdin));
     const reader = new FrameReader(conn);
     for (let frames = 0; frames < 2; frames++) {
       const f = await reader.json<AgentFrame>();

@@ -33,6 +33,16 @@ export function writeJson(conn: Deno.Conn, value: unknown): Promise<void> {
   return writeFrame(conn, new TextEncoder().encode(JSON.stringify(value)));
 }
 
+/** Sends one request: the header frame, then the stdin frame. */
+export async function writeRequest(
+  conn: Deno.Conn,
+  header: RequestHeader,
+  stdin: Uint8Array,
+): Promise<void> {
+  await writeJson(conn, header);
+  await writeFrame(conn, stdin);
+}
+
 /** Reads frames from a connection; `next()` answers null at end of stream. */
 export class FrameReader {
   #buf = new Uint8Array(0);

@@ -5,13 +5,7 @@
  * and no schema; when the agent is absent, refuses or is stuck for
  * `requestMs`, the caller does the work itself.
  */
-import {
-  type AgentFrame,
-  FrameReader,
-  type RequestHeader,
-  writeFrame,
-  writeJson,
-} from "./frames.ts";
+import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
 import {
   DEFAULT_AGENT_SOCKET,
   DEFAULT_NODE_CONFIG,
@@ -104,8 +98,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
   }
   try {
     const header: RequestHeader = { v: 1, env, started };
-    await writeJson(conn, header);
-    await writeFrame(conn, stdin);
+    await writeRequest(conn, header, stdin);
     const reader = new FrameReader(conn);
     const stuck = Symbol("stuck");
     const first = await within<AgentFrame | null | typeof stuck>(

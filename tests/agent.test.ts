@@ -9,13 +9,7 @@ import assert from "node:assert/strict";
 import { Agent } from "../lib/agent.ts";
 import { KEYS } from "../lib/claims.ts";
 import { readNodeConfig } from "../lib/config.ts";
-import {
-  type AgentFrame,
-  FrameReader,
-  type RequestHeader,
-  writeFrame,
-  writeJson,
-} from "../lib/frames.ts";
+import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "../lib/frames.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 import { withTempDir } from "../testing/stub_invocation.ts";
@@ -45,8 +39,7 @@ async function addThenHangUp(socket: string, config: string, id: string, ageMs: 
       MILO_IPAM_CONFIG: config,
     };
     const header: RequestHeader = { v: 1, env, started: Date.now() - ageMs };
-    await writeJson(conn, header);
-    await writeFrame(conn, new TextEncoder().encode(JSON.stringify(NET_CONF)));
+    await writeRequest(conn, header, new TextEncoder().encode(JSON.stringify(NET_CONF)));
     const first = await new FrameReader(conn).json<AgentFrame>();
     assert.equal(first?.kind, "ack", "the agent acknowledges before Milo answers");
   } finally {
