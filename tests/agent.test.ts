@@ -26,8 +26,28 @@ const NET_CONF = {
   },
 };
 
-/** Sends an ADD that says it started `ageMs` ago, reads the ack, and hangs up. */
-async function addThenHangUp(socket: string, config: string, id: string, ageMs: number) {
+const held = (milo: MiloDev, id: string) =>
+  milo.listClaims("tenant-a", `${KEYS.containerId}=${id}`).then((c) => c.length);
+
+/** Waits (bounded) until Milo holds both claims of `id`: the ADD's POSTs have committed. */
+async function committed(milo: MiloDev, id: string): Promise<void> {
+  for (let i = 0; i < 100 && await held(milo, id) < 2; i++) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.equal(await held(milo, id), 2, `both POSTs of ${id} reached Milo`);
+}
+
+/**
+ * Sends an ADD that says it started `ageMs` ago, reads the ack, waits until
+ * its POSTs have committed (their answers still held back), and hangs up.
+ */
+async function addThenHangUp(
+  milo: MiloDev,
+  socket: string,
+  config: string,
+  id: string,
+  ageMs: number,
+) {
   const conn = await Deno.connect({ transport: "unix", path: socket });
   try {
     const env = {
@@ -42,6 +62,7 @@ async function addThenHangUp(socket: string, config: string, id: string, ageMs: 
     await writeRequest(conn, header, new TextEncoder().encode(JSON.stringify(NET_CONF)));
     const first = await new FrameReader(conn).json<AgentFrame>();
     assert.equal(first?.kind, "ack", "the agent acknowledges before Milo answers");
+    await committed(milo, id);
   } finally {
     conn.close();
   }
@@ -81,15 +102,12 @@ async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Pr
   }
 }
 
-const held = (milo: MiloDev, id: string) =>
-  milo.listClaims("tenant-a", `${KEYS.containerId}=${id}`).then((c) => c.length);
-
 Deno.test("agent: an ADD whose caller hung up after a timely ack is undone; after a late one, kept", async () => {
   await withAgent(async (milo, agent, config) => {
     // POSTs commit, then their answers wait: the hang-up is seen while the ADD is in flight.
-    await milo.setFaults({ hangRate: 1, hangMs: 300, faultPoint: "after", methods: ["POST"] });
-    await addThenHangUp(agent.socket, config, "timely", 0);
-    await addThenHangUp(agent.socket, config, "late", REQUEST_MS - 100);
+    await milo.setFaults({ hangRate: 1, hangMs: 600, faultPoint: "after", methods: ["POST"] });
+    await addThenHangUp(milo, agent.socket, config, "timely", 0);
+    await addThenHangUp(milo, agent.socket, config, "late", REQUEST_MS - 100);
     // stop() waits for the calls in flight, the undo included.
     await agent.stop();
     assert.equal(await held(milo, "timely"), 0, "undone: its caller waited and saw it fail");
