@@ -23,7 +23,7 @@ const DEFAULT_REQUEST_MS = 2_000;
 /** What asking the agent came to. */
 export type AgentOutcome =
   | { kind: "done"; exitCode: number; stdout: string }
-  | { kind: "fallback"; reason: string; counted: boolean; stateDir?: string; https?: boolean };
+  | { kind: "fallback"; reason: string; counted: boolean; https?: boolean };
 
 /** The few node settings the client needs, read without the schema. */
 interface Hints {
@@ -31,7 +31,6 @@ interface Hints {
   requestMs: number;
   /** Set when the node config has an `agent` section: a fallback is then worth counting. */
   expected: boolean;
-  stateDir?: string;
   /** Set when `milo.url` is https: the fallback then makes a first TLS connection. */
   https: boolean;
 }
@@ -52,7 +51,6 @@ async function hints(env: (name: string) => string | undefined): Promise<Hints |
       socket: typeof agent?.socket === "string" ? agent.socket : DEFAULT_AGENT_SOCKET,
       requestMs: Number.isInteger(requestMs) && requestMs > 0 ? requestMs : DEFAULT_REQUEST_MS,
       expected: agent !== undefined,
-      stateDir: typeof v?.stateDir === "string" ? v.stateDir : undefined,
       https: typeof v?.milo?.url === "string" && v.milo.url.startsWith("https:"),
     };
   } catch {
@@ -87,7 +85,6 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     kind: "fallback",
     reason,
     counted: h.expected,
-    stateDir: h.stateDir,
     https: h.https,
   });
   let conn: Deno.UnixConn;
