@@ -254,24 +254,7 @@ export class MiloClient {
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
-        if (res.status >= 300 && res.status < 400) {
-          await res.body?.cancel();
-          throw new CniError(
-            "protocol",
-            `${what}: Milo answered a redirect (${res.status}); redirects are not followed`,
-            `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
-          );
-        }
-        const text = await readCapped(
-          res,
-          MAX_BODY_BYTES,
-          () =>
-            new CniError(
-              "protocol",
-              `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
-              `HTTP ${res.status}`,
-            ),
-        );
+        const text = await this.#text(res, what);
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
@@ -300,6 +283,28 @@ export class MiloClient {
       "transient",
       `Milo unreachable or overloaded: ${what}`,
       `${last}; gave up within the deadline after ${attempts} attempt(s)`,
+    );
+  }
+
+  /** The body of an answer, refusing redirects and bodies over {@link MAX_BODY_BYTES}. */
+  async #text(res: Response, what: string): Promise<string> {
+    if (res.status >= 300 && res.status < 400) {
+      await res.body?.cancel();
+      throw new CniError(
+        "protocol",
+        `${what}: Milo answered a redirect (${res.status}); redirects are not followed`,
+        `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
+      );
+    }
+    return await readCapped(
+      res,
+      MAX_BODY_BYTES,
+      () =>
+        new CniError(
+          "protocol",
+          `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
+          `HTTP ${res.status}`,
+        ),
     );
   }
 
