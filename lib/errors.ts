@@ -63,7 +63,8 @@ export function clip(text: string, max: number): string {
 export function redact(text: string): string {
   return text
     .replace(/(invalid header value:?\s*)"[^"]*"?/gi, '$1"[redacted]"')
-    .replace(/\bbearer\b[^"']*/gi, "Bearer [redacted]");
+    // To the end of the line: a token may hold any visible character, quotes included.
+    .replace(/\bbearer\b[^\n]*/gi, "Bearer [redacted]");
 }
 
 /**

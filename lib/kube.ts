@@ -17,6 +17,7 @@ import {
   readCapped,
   retryAfterMs,
 } from "./http.ts";
+import { QUOTE_CHARS, quotedText } from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
@@ -44,8 +45,8 @@ const PodListSchema = listOf(PodSchema);
 const NodeListSchema = listOf(NodeSchema);
 const StatusSchema = z.object({
   kind: z.literal("Status"),
-  message: opt,
-  reason: opt,
+  message: z.optional(quotedText),
+  reason: z.optional(quotedText),
   details: z.optional(z.object({ name: opt, kind: opt })),
 });
 type KubeStatus = z.infer<typeof StatusSchema>;
@@ -313,13 +314,13 @@ function parseAs<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string
   throw new CniError(
     "protocol",
     `the Kubernetes API answered a malformed ${kind}`,
-    `${i.path.join(".")}: ${i.message}`,
+    clip(`${i.path.join(".")}: ${i.message}`, QUOTE_CHARS),
   );
 }
 
 function kubeStatusError(what: string, status: number, st: KubeStatus | undefined, text: string) {
   const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}: ${
-    st?.message ?? clip(text, 300)
+    st?.message ?? clip(text, QUOTE_CHARS)
   }`;
   if (status === 401) {
     return new CniError("auth", "the Kubernetes API rejected the credentials (401)", detail);

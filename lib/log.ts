@@ -45,7 +45,8 @@ export class Logger {
     timeoutMs = LOG_WRITE_MS,
   ): Promise<void> {
     if (!this.#file || LEVELS.indexOf(level) < LEVELS.indexOf(this.#level)) return;
-    const line = redact(JSON.stringify({ ts: new Date().toISOString(), level, ...record })) + "\n";
+    const entry = { ts: new Date().toISOString(), level, ...record };
+    const line = JSON.stringify(entry, (_k, v) => typeof v === "string" ? redact(v) : v) + "\n";
     const file = this.#file;
     const wrote = append(file, new TextEncoder().encode(line), 0o640)
       .then(() => undefined, (err) => err instanceof Error ? err.message : String(err));

@@ -7,8 +7,15 @@
 import * as z from "zod/mini";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus } from "./errors.ts";
 
-/** How much of an unexpected body an error quotes. */
+/** How much of an unexpected body, or of one text in it, an error quotes. */
 export const QUOTE_CHARS = 300;
+
+/**
+ * A text of an answer that errors may quote (a Status message or reason, a
+ * cause), clipped to {@link QUOTE_CHARS} as it is parsed. Comparisons with
+ * short constants (`reason === "NotFound"`) are unchanged by the cut.
+ */
+export const quotedText = z.pipe(z.string(), z.transform((s: string) => clip(s, QUOTE_CHARS)));
 
 const stringMap = z.optional(z.record(z.string(), z.string()));
 
@@ -50,19 +57,19 @@ export const IPClassListSchema = z.looseObject({
 });
 const StatusSchema = z.looseObject({
   kind: z.literal("Status"),
-  message: z.optional(z.string()),
-  reason: z.optional(z.string()),
+  message: z.optional(quotedText),
+  reason: z.optional(quotedText),
   details: z.optional(z.looseObject({
     name: z.optional(z.string()),
     causes: z.optional(z.array(z.looseObject({
       type: z.optional(z.string()),
       field: z.optional(z.string()),
-      message: z.optional(z.string()),
+      message: z.optional(quotedText),
     }))),
   })),
 });
 
-/** A Kubernetes Status object as Milo sends with every error. */
+/** The Status object Milo sends with every error, its texts clipped ({@link quotedText}). */
 export type MiloStatus = z.infer<typeof StatusSchema>;
 
 /** The Status object in an error body, if it is one. */
@@ -88,7 +95,7 @@ export function parse<T extends z.ZodMiniType>(schema: T, body: unknown, kind: s
     throw new CniError(
       "protocol",
       `Milo answered a malformed ${kind}`,
-      `${i.path.join(".")}: ${i.message}`,
+      clip(`${i.path.join(".")}: ${i.message}`, QUOTE_CHARS),
     );
   }
   return r.data;

@@ -17,6 +17,20 @@
 import { parseArgs } from "node:util";
 import { makeTestCA } from "./testca.ts";
 
+const FIXTURES = new URL("../tests/fixtures/kube/", import.meta.url);
+
+/** A Kubernetes fixture body (a fresh copy): real `v1` objects as an API server answers them. */
+export function kubeFixture(name: string): KubeObject {
+  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
+}
+
+/** The pod and node every stored object is cut from (list items: no kind, no apiVersion). */
+const TEMPLATES = (() => {
+  const { kind: _k, apiVersion: _a, ...pod } = kubeFixture("pod.json");
+  const node = (kubeFixture("nodelist.json").items as KubeObject[])[0];
+  return JSON.stringify({ pod, node });
+})();
+
 /** What a test says about a pod; the rest is filled in. */
 export interface PodInput {
   namespace: string;
@@ -72,19 +86,21 @@ export class KubeStore {
 
   /** Adds (or replaces, by namespace/name) a pod; answers the stored object. */
   addPod(p: PodInput): KubeObject {
-    const pod: KubeObject = {
-      metadata: this.#meta({
-        name: p.name,
-        namespace: p.namespace,
-        ...(p.uid ? { uid: p.uid } : {}),
-        ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
-      }),
-      spec: {
-        ...(p.nodeName ? { nodeName: p.nodeName } : {}),
-        containers: [{ name: "app", image: "registry.k8s.io/pause:3.10" }],
-      },
-      status: { phase: p.phase ?? "Running" },
-    };
+    const { pod } = JSON.parse(TEMPLATES) as { pod: KubeObject };
+    pod.metadata = this.#meta({
+      name: p.name,
+      namespace: p.namespace,
+      ...(p.uid ? { uid: p.uid } : {}),
+      ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
+    });
+    const spec = pod.spec as Record<string, unknown>;
+    if (p.nodeName) spec.nodeName = p.nodeName;
+    else delete spec.nodeName;
+    const { podIP: _p, podIPs: _ps, hostIP: _h, hostIPs: _hs, ...status } = pod.status as Record<
+      string,
+      unknown
+    >;
+    pod.status = { ...status, phase: p.phase ?? "Running" };
     this.#pods.set(`${p.namespace}/${p.name}`, pod);
     return pod;
   }
@@ -102,11 +118,16 @@ export class KubeStore {
 
   /** Adds a node (a Ready one). */
   addNode(name: string): KubeObject {
-    const node: KubeObject = {
-      metadata: this.#meta({ name, labels: { "kubernetes.io/hostname": name } }),
-      spec: {},
-      status: { conditions: [{ type: "Ready", status: "True" }] },
-    };
+    const { node } = JSON.parse(TEMPLATES) as { node: KubeObject };
+    const labels = node.metadata.labels as Record<string, string>;
+    node.metadata = this.#meta({
+      name,
+      labels: { ...labels, "kubernetes.io/hostname": name },
+      annotations: node.metadata.annotations,
+    });
+    const status = node.status as { addresses: { type: string; address: string }[] };
+    status.addresses = status.addresses.filter((a) => a.type !== "Hostname");
+    status.addresses.push({ type: "Hostname", address: name });
     this.#nodes.set(name, node);
     return node;
   }

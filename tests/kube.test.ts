@@ -7,9 +7,11 @@ import assert from "node:assert/strict";
 import { CniError } from "../lib/errors.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
+import { QUOTE_CHARS } from "../lib/milo_objects.ts";
 import { formatDuration } from "../lib/sweep_report.ts";
 import { parseDuration, parseMaxRelease, parseSweepArgs, sweepCli } from "../lib/sweep_cli.ts";
-import { KubeDevApi } from "../testing/kube_dev.ts";
+import { KubeDevApi, kubeFixture } from "../testing/kube_dev.ts";
+import { makeTestCA } from "../testing/testca.ts";
 
 const noSleep = () => Promise.resolve();
 
@@ -51,6 +53,80 @@ Deno.test("pods and nodes are listed over every page; a mirror pod carries its s
   assert.equal(etcd.nodeName, "n1");
   assert.deepEqual(await k.listNodes(), ["n1", "n2"]);
   assert.equal(k.requests, 4);
+});
+
+Deno.test("the client reads Kubernetes' own v1 bodies (tests/fixtures/kube/)", async () => {
+  const seen: string[] = [];
+  const page2 = {
+    ...kubeFixture("podlist.json"),
+    metadata: { resourceVersion: "48231" },
+    items: [],
+  };
+  const answers: Record<string, [number, unknown]> = {
+    "/api/v1/pods?limit=250": [200, kubeFixture("podlist.json")],
+    "/api/v1/nodes?limit=250": [200, kubeFixture("nodelist.json")],
+    "/api/v1/namespaces/shop/pods/web-7d4b9c6f5-x2kqp": [200, kubeFixture("pod.json")],
+    "/api/v1/namespaces/shop/pods/gone": [404, {
+      ...kubeFixture("status-404-pod-not-found.json"),
+      message: 'pods "gone" not found',
+      details: { name: "gone", kind: "pods" },
+    }],
+  };
+  const k = new KubeClient({
+    server: "https://kube.test",
+    sleep: noSleep,
+    fetch: (input) => {
+      const u = new URL(String(input));
+      const key = u.pathname + u.search;
+      seen.push(key);
+      if (u.searchParams.has("continue")) return Promise.resolve(Response.json(page2));
+      const [code, body] = answers[key] ?? [500, {}];
+      return Promise.resolve(Response.json(body, { status: code }));
+    },
+  });
+  const pods = await k.listPods();
+  assert.deepEqual(pods.map((p) => [p.name, p.nodeName, p.phase, p.mirrorUid]), [
+    ["etcd-node-1", "node-1", "Running", "0d3b7f2e9a4c6e8b1f5a7c9e3d5b7f91"],
+    ["report-29412660-q7d2m", "node-2", "Succeeded", undefined],
+    ["web-7d4b9c6f5-lk8tw", undefined, "Pending", undefined],
+    ["web-7d4b9c6f5-x2kqp", "node-1", "Running", undefined],
+  ]);
+  assert.match(seen[1], /continue=eyJ2Ijoib/, "the list's continue token is sent back");
+  assert.deepEqual(await k.listNodes(), ["node-1", "node-2"]);
+  const pod = await k.getPod("shop", "web-7d4b9c6f5-x2kqp");
+  assert.equal(pod?.uid, "3f0b6a52-8c1e-4f7e-9a43-2d1b5c7e9f10");
+  assert.equal(await k.getPod("shop", "gone"), null);
+  const refuse = (file: string) =>
+    new KubeClient({
+      server: "https://kube.test",
+      sleep: noSleep,
+      fetch: () => {
+        const body = kubeFixture(file);
+        return Promise.resolve(Response.json(body, { status: Number(body.code) }));
+      },
+    }).listPods();
+  await rejectsWith(refuse("status-403-forbidden.json"), "auth", /get and list on pods/);
+  const expired = await rejectsWith(refuse("status-410-expired.json"), "protocol", /410/);
+  assert.match(expired.details, /continue parameter is too old/);
+  await rejectsWith(refuse("status-503-unavailable.json"), "transient", /unreachable/);
+});
+
+Deno.test("the stand-in's objects are cut from the same fixtures", () => {
+  const api = new KubeDevApi();
+  const pod = api.store.addPod({ namespace: "shop", name: "web-0", nodeName: "n1" });
+  const fixture = kubeFixture("pod.json");
+  assert.deepEqual(Object.keys(pod).sort(), ["metadata", "spec", "status"]);
+  assert.deepEqual(
+    (pod.spec as { containers: unknown }).containers,
+    (fixture.spec as { containers: unknown }).containers,
+  );
+  assert.equal((pod.status as { phase: string }).phase, "Running");
+  const node = api.store.addNode("n1");
+  assert.equal((node.metadata.labels as Record<string, string>)["kubernetes.io/hostname"], "n1");
+  assert.ok(
+    (node.status as { nodeInfo?: unknown }).nodeInfo,
+    "a Node's status as a kubelet posts it",
+  );
 });
 
 Deno.test("getPod: the pod, null on its own NotFound, a refusal for a non-DNS name", async () => {
@@ -269,3 +345,128 @@ Deno.test("sweepCli: a failure before any observation is one JSON report, exit 1
   assert.equal(await sweepCli(["--grace", "x"], { write: (t) => void (text += t) }), 1);
   assert.match(text, /usage: milo-ipam sweep/);
 });
+
+Deno.test("kubeconfig client certificate: sent in the TLS handshake of a server that requires one", async () => {
+  const dir = await Deno.makeTempDir();
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  let server: Deno.ChildProcess | undefined;
+  try {
+    const tls = await makeTestCA(`${dir}/tls`);
+    server = new Deno.Command("openssl", {
+      args: ["s_server", "-accept", `127.0.0.1:${port}`, "-cert", tls.certFile, "-key", tls.keyFile]
+        .concat(["-CAfile", tls.caFile, "-Verify", "1", "-www", "-quiet"]),
+      stdout: "null",
+      stderr: "null",
+    }).spawn();
+    await waitForPort(port);
+    const user = {
+      "client-certificate": `tls/${tls.clientCertFile.split("/").pop()}`,
+      "client-key-data": btoa(await Deno.readTextFile(tls.clientKeyFile)),
+    };
+    const cfg = (u: object) =>
+      JSON.stringify({
+        "current-context": "x",
+        clusters: [{
+          name: "c",
+          cluster: { server: `https://127.0.0.1:${port}`, "certificate-authority": "tls/ca.pem" },
+        }],
+        users: [{ name: "u", user: u }],
+        contexts: [{ name: "x", context: { cluster: "c", user: "u" } }],
+      });
+    await Deno.writeTextFile(`${dir}/with-cert`, cfg(user));
+    await Deno.writeTextFile(`${dir}/without`, cfg({}));
+    const withCert = await kubeconfigAccess(`${dir}/with-cert`);
+    assert.match(withCert.cert ?? "", /BEGIN CERTIFICATE/);
+    assert.match(withCert.key ?? "", /PRIVATE KEY/);
+    const list = (path: string) =>
+      kubeconfigAccess(path).then((a) => {
+        const k = KubeClient.open(a, { sleep: noSleep });
+        return k.listNodes().finally(() => k.close());
+      });
+    // The server's answer is an HTML page, not a NodeList: reaching it proves the handshake passed.
+    await rejectsWith(list(`${dir}/with-cert`), "protocol", /NodeList|JSON|HTTP/);
+    const refused = await list(`${dir}/without`).then(() => undefined, (e) => e);
+    assert.ok(refused instanceof CniError, String(refused));
+    assert.notEqual(refused.outcome, "protocol", `${refused.message}: ${refused.details}`);
+  } finally {
+    try {
+      server?.kill("SIGKILL");
+      await server?.status;
+    } catch { /* already gone */ }
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** Waits (at most 5 s) until something accepts on 127.0.0.1:`port`. */
+async function waitForPort(port: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+  throw new Error(`nothing listens on 127.0.0.1:${port} after 5 s`);
+}
+
+// Bounded answers: the Kubernetes API's Status texts are quoted at most
+// QUOTE_CHARS each, like Milo's.
+
+{
+  const q = "Q".repeat(100_000), r = "R".repeat(100_000);
+  const status = (code: number, extra: Record<string, unknown>) => () =>
+    Promise.resolve(
+      Response.json({ kind: "Status", code, message: q, ...extra }, { status: code }),
+    );
+  const cases = [
+    {
+      what: "a 422 (message and reason)",
+      fetch: status(422, { reason: r }),
+      kind: "protocol",
+      msg: /answered HTTP 422/,
+    },
+    {
+      what: "a 404 that is not the pod's own NotFound",
+      fetch: status(404, { reason: "NotFound", details: { name: "other" } }),
+      kind: "protocol",
+      msg: /answered HTTP 404/,
+    },
+    {
+      what: "a 503 retried to exhaustion",
+      fetch: status(503, { reason: "ServiceUnavailable" }),
+      kind: "transient",
+      msg: /unreachable or overloaded/,
+      details: /^HTTP 503: Q+…; gave up after 5 attempt\(s\)$/,
+    },
+    {
+      what: "a malformed pod (an annotation key in the issue path)",
+      fetch: () =>
+        Promise.resolve(Response.json({
+          metadata: { name: "web-0", namespace: "shop", uid: "u", annotations: { [q]: 1 } },
+        })),
+      kind: "protocol",
+      msg: /malformed Pod/,
+    },
+  ];
+  for (const t of cases) {
+    Deno.test(`bounded answers: Kubernetes ${t.what} with 100 000-character texts quotes at most QUOTE_CHARS`, async () => {
+      let sent = 0;
+      const k = new KubeClient({
+        server: "https://kube.test",
+        fetch: () => (sent++, t.fetch()),
+        sleep: noSleep,
+      });
+      const err = await rejectsWith(k.getPod("shop", "web-0"), t.kind, t.msg);
+      assert.equal(sent, t.kind === "transient" ? 5 : 1);
+      if (t.details) assert.match(err.details, t.details, `${err.details.length} chars`);
+      for (const ch of ["Q", "R"]) {
+        const runs = `${err.message}\n${err.details}`.match(new RegExp(`${ch}+`, "g")) ?? [];
+        const n = Math.max(0, ...runs.map((run) => run.length));
+        assert.ok(n <= QUOTE_CHARS, `${ch} quoted ${n} chars`);
+      }
+    });
+  }
+}

@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
 import { leaseOf } from "../lib/claims.ts";
-import { CniError } from "../lib/errors.ts";
+import { encodeError } from "../lib/cni.ts";
+import { clip, CniError } from "../lib/errors.ts";
 import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
+import { Logger } from "../lib/log.ts";
 import { type ClientOptions, MiloClient } from "../lib/milo.ts";
+import { QUOTE_CHARS } from "../lib/milo_objects.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
 const fixture = (name: string): unknown =>
@@ -344,4 +347,125 @@ Deno.test("a caller that is gone: no request after the abort; the one in flight 
   await assert.rejects(inFlight.client.getClaim("ipclaim-sample"), /caller is gone/);
   const undo = inFlight.client.unabortable();
   await assert.rejects(undo.getClaim("x"), (e) => e instanceof CniError && !/gone/.test(e.message));
+});
+
+/** The longest run of `ch` in the error's message and details: how much of a filler it quotes. */
+function longestRun(err: CniError, ch: string): number {
+  const runs = `${err.message}\n${err.details}`.match(new RegExp(`${ch}+`, "g")) ?? [];
+  return Math.max(0, ...runs.map((r) => r.length));
+}
+
+{
+  const HUGE = 100_000;
+  const q = "Q".repeat(HUGE), r = "R".repeat(HUGE), p = "P".repeat(HUGE);
+  const cases: {
+    what: string;
+    replies: Reply[];
+    run: (c: MiloClient) => Promise<unknown>;
+    code: number;
+    details?: RegExp;
+  }[] = [
+    {
+      what: "a 422 (message and reason)",
+      replies: [{ status: 422, body: { kind: "Status", code: 422, reason: r, message: q } }],
+      run: (c) => c.createClaim({}),
+      code: 102,
+    },
+    {
+      what: "a 404 that is not NotFound for the name",
+      replies: [{
+        status: 404,
+        body: { kind: "Status", code: 404, reason: "NotFound", details: { name: "x" }, message: q },
+      }],
+      run: (c) => c.deleteClaim("pod-3f9a1c2b7d4e5f60a1b2-v4"),
+      code: 105,
+      details: /^is milo\.url the Milo API base\?/,
+    },
+    {
+      what: "a 503 retried to exhaustion",
+      replies: Array.from({ length: 8 }, () => ({
+        status: 503,
+        body: { kind: "Status", code: 503, reason: "ServiceUnavailable", message: q },
+      })),
+      run: (c) => c.createClaim({}),
+      code: 11,
+      details: /gave up within the deadline after 8 attempt\(s\)$/,
+    },
+    {
+      what: "a 507 (its pool and class causes)",
+      replies: [{
+        status: 507,
+        body: {
+          kind: "Status",
+          code: 507,
+          message: q,
+          details: {
+            causes: [{ field: "poolName", message: p }, { field: "className", message: r }],
+          },
+        },
+      }],
+      run: (c) => c.createClaim({}),
+      code: 100,
+    },
+    {
+      what: "a malformed 201 (a label key in the issue path)",
+      replies: [{
+        status: 201,
+        body: { kind: "IPClaim", metadata: { name: "a", labels: { [q]: 1 } } },
+      }],
+      run: (c) => c.createClaim({}),
+      code: 105,
+    },
+  ];
+  for (const t of cases) {
+    Deno.test(`bounded answers: ${t.what} with 100 000-character texts quotes at most QUOTE_CHARS`, async () => {
+      const { client } = scripted(t.replies);
+      const err = await rejects(t.run(client));
+      assert.equal(err.code, t.code, err.message);
+      if (t.details) assert.match(err.details, t.details, clip(err.details, 120));
+      for (const ch of ["Q", "R", "P"]) {
+        const n = longestRun(err, ch);
+        assert.ok(n <= QUOTE_CHARS, `${ch} quoted ${n} chars: ${clip(err.message, 120)}`);
+      }
+      const all = `${err.message}${err.details}`;
+      assert.ok(all.length <= 3 * QUOTE_CHARS + 200, `message+details ${all.length} chars`);
+    });
+  }
+}
+
+Deno.test("redact: a bearer value never reaches an error's JSON nor a log line", async () => {
+  const leaks = ["abc.def-123", "s3cr3t-token", TOKEN];
+  const thrown = new TypeError("invalid header value: Bearer abc.def-123");
+  const quoted = new TypeError(`invalid header value: "Bearer ${TOKEN}"`);
+  const said = {
+    status: 422,
+    body: { kind: "Status", code: 422, message: "Authorization: Bearer s3cr3t-token was refused" },
+  };
+  const errors = [
+    await rejects(scripted(Array.from({ length: 8 }, () => thrown)).client.createClaim({})),
+    await rejects(scripted(Array.from({ length: 8 }, () => quoted)).client.createClaim({})),
+    await rejects(scripted([said]).client.createClaim({})),
+    new CniError("internal", "Bearer abc.def-123", "authorization: bearer s3cr3t-token\nmore"),
+  ];
+  const file = await Deno.makeTempFile({ prefix: "milo-ipam-redact-", suffix: ".log" });
+  try {
+    const log = new Logger(file, "debug");
+    for (const e of errors) {
+      const printed = JSON.stringify(encodeError("1.1.0", e));
+      assert.match(printed, /\[redacted\]/);
+      for (const s of leaks) assert.ok(!printed.includes(s), `${s} in ${printed}`);
+      await log.write("error", { msg: e.message, details: e.details });
+    }
+    await log.write("info", { msg: "raw", error: thrown.message, header: `Bearer ${TOKEN}` });
+    await log.write("info", { msg: "quote in a token", header: `Bearer ab"cd'${TOKEN}` });
+    const lines = (await Deno.readTextFile(file)).trim().split("\n");
+    assert.equal(lines.length, errors.length + 2);
+    for (const line of lines) {
+      assert.match(line, /\[redacted\]/);
+      JSON.parse(line);
+      for (const s of leaks) assert.ok(!line.includes(s), `${s} in ${line}`);
+    }
+  } finally {
+    await Deno.remove(file);
+  }
 });
