@@ -270,7 +270,8 @@ function keptBecause(
   if (second.at - first.at < o.intervalMs) return "observations less than --interval apart";
   if (!c2.claim.metadata.uid) return "the claim has no uid to release it by";
   if (Number.isNaN(created)) return "the claim has no creation time";
-  if (created > start) return "created after the run started";
+  // creationTimestamp counts whole seconds: a claim stamped in the start's second may be newer.
+  if (created >= Math.floor(start / 1000) * 1000) return "created after the run started";
   if (second.at - created < o.graceMs) return "younger than --grace";
   if (!podRef(pod)) return "no pod namespace/name recorded to re-check";
   return null;

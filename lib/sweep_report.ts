@@ -39,7 +39,7 @@ export interface ObservationSummary {
   candidates: number;
 }
 
-/** The report of one run: printed as JSON with `--output json` (see docs/sweep.md). */
+/** The report of one run: printed as JSON with `--output json` (its fields: the README's Cluster sweep section). */
 export interface SweepReport {
   kind: "SweepReport";
   version: 1;

@@ -69,6 +69,15 @@ interface SeedTokens {
   projects: { name: string; tokens: string[] }[];
 }
 
+/**
+ * Waits into the next whole second. milo-dev stamps `creationTimestamp` in
+ * whole seconds, and the sweep counts a claim stamped in its first second as
+ * newer than the run, so claims a test means to be older are made before it.
+ */
+export function nextSecond(): Promise<void> {
+  return new Promise((r) => setTimeout(r, 1_010 - Date.now() % 1_000));
+}
+
 /** Starts milo-dev and waits for its ready line; the error carries the child's stderr. */
 export async function startMiloDev(opts: MiloDevOptions = {}): Promise<MiloDev> {
   const ownDir = opts.dir === undefined;

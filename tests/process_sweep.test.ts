@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
 import { startKubeDev } from "../testing/kube_dev.ts";
-import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
+import { claimBody, miloApi, nextSecond, startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
 import { assertOk, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
@@ -56,6 +56,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       }),
     });
     assert.equal(foreign.status, 201);
+    await nextSecond();
     const base = ["--grace", "0s", "--interval", "1s", "--max-release", "100%"];
 
     await t.step("dry run by default: reports would-release, releases nothing", async () => {

@@ -335,6 +335,29 @@ Deno.test("younger than grace, created after the run started, no creation time: 
   ]);
 });
 
+Deno.test("a claim stamped in the second the run started is newer than the run", async () => {
+  const w = world();
+  w.clock = T0 + 700; // the run starts at 12:00:00.700
+  const stamp = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+  w.orphan("same-second").metadata.creationTimestamp = stamp(T0); // 12:00:00Z, maybe at .900
+  w.orphan("second-before").metadata.creationTimestamp = stamp(T0 - 1_000);
+  const r = await w.run({ graceMs: 0 });
+  assert.equal(row(r, "c-same-second").why, "created after the run started");
+  assert.deepEqual(w.deletes(), ["DELETE /c-second-before"]);
+});
+
+Deno.test("a pod with the claim's UID keeps it in every phase, scheduled or not", async () => {
+  const w = world();
+  for (const phase of ["Pending", "Succeeded", "Failed", "Unknown"]) {
+    const pod = w.kube.store.addPod({ namespace: "shop", name: `p-${phase}`, phase });
+    w.milo.add(`c-${phase}`, { podUid: pod.metadata.uid as string, pod: `shop/p-${phase}` });
+  }
+  w.orphan("gone");
+  const r = await w.run();
+  assert.deepEqual(r.rows.map((x) => x.claim), ["c-gone"]);
+  assert.deepEqual(w.deletes(), ["DELETE /c-gone"]);
+});
+
 Deno.test("a claim of another cluster is never a candidate, whatever its label says", async () => {
   const w = world();
   w.milo.add("c-foreign", { podUid: crypto.randomUUID(), pod: "shop/x", cluster: "cluster-b" });
@@ -427,6 +450,7 @@ Deno.test("brakes: empty pod or node list, Kubernetes or Milo list errors", asyn
     ["milo 503", (w) => w.milo.listStatus = 503, /Milo LIST .* failed: Milo unreachable/],
     ["milo 401", (w) => w.milo.listStatus = 401, /Milo LIST .* failed: Milo rejected/],
     ["2nd observation", (w) => w.between = () => w.kube.faults.emptyLists = true, /pod list/],
+    ["milo 503, 2nd observation", (w) => w.between = () => w.milo.listStatus = 503, /Milo LIST/],
   ];
   for (const [what, fault, reason] of cases) {
     const w = world();

@@ -1,8 +1,9 @@
 /**
  * The cluster sweep at scale: a milo-dev of its own seeded through the API
  * with one claim per pod (the labels and annotations the plugin writes), the
- * Kubernetes stand-in with those pods on a few nodes, some pods removed so
- * their claims are candidates; then lib/sweep.ts's `sweep()` in-process, a
+ * Kubernetes stand-in with those pods on a few nodes, some pods recreated
+ * under their names with new UIDs so their claims are candidates (as many pods
+ * as claims); then lib/sweep.ts's `sweep()` in-process, a
  * dry run and an apply, over TLS to both with production timeouts, `--grace`
  * 0, a short `--interval` and `--max-release` above the candidates.
  */
@@ -11,7 +12,7 @@ import { KubeClient } from "../../lib/kube.ts";
 import { MiloClient } from "../../lib/milo.ts";
 import { sweep } from "../../lib/sweep.ts";
 import { type KubeDev, startKubeDev } from "../../testing/kube_dev.ts";
-import { miloApi, type MiloDev, startMiloDev } from "../../testing/milo_dev.ts";
+import { miloApi, type MiloDev, nextSecond, startMiloDev } from "../../testing/milo_dev.ts";
 import { BENCH_CLASSES, BENCH_SEED, BENCH_TOKEN } from "../../testing/seeds.ts";
 import type { SweepResults, SweepRun } from "../model.ts";
 import type { Plan } from "../plan.ts";
@@ -129,7 +130,7 @@ async function clients(dev: MiloDev, kube: KubeDev): Promise<[MiloClient, KubeCl
   return [milo, k8s];
 }
 
-/** Seeds both sides, removes the orphans' pods, runs a dry run and an apply. */
+/** Seeds both sides, recreates the orphans' pods (new UIDs), runs a dry run and an apply. */
 export async function sweepSection(plan: Plan): Promise<SweepResults> {
   const n = plan.sweepClaims, nodes = plan.sweepNodes;
   const dev = await startMiloDev({ seed: BENCH_SEED, tls: true, token: BENCH_TOKEN });
@@ -141,8 +142,13 @@ export async function sweepSection(plan: Plan): Promise<SweepResults> {
     await pool(n, 16, (i) => seedOne(dev, kube, i, nodes));
     const seedMs = performance.now() - t0;
     const every = Math.floor(n / plan.sweepOrphans);
-    for (let j = 0; j < plan.sweepOrphans; j++) kube.store.removePod("shop", `web-${j * every}`);
-    const pods = n - plan.sweepOrphans;
+    for (let j = 0; j < plan.sweepOrphans; j++) {
+      const old = kube.store.pod("shop", `web-${j * every}`)!;
+      const spec = old.spec as { nodeName?: string };
+      kube.store.addPod({ namespace: "shop", name: `web-${j * every}`, nodeName: spec.nodeName });
+    }
+    const pods = kube.store.pods().length;
+    await nextSecond();
     const runs: SweepRun[] = [];
     for (const apply of [false, true]) {
       const r = await run(dev, kube, apply, n, pods);
