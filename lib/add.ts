@@ -3,6 +3,7 @@ import { encodeResult, type Lease } from "./cni.ts";
 import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import type { JournalHold } from "./journal.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
 /** A lease this ADD holds: the claim's name and uid besides the address. */
@@ -12,13 +13,24 @@ type Held = Lease & { name: string; uid?: string };
  * ADD: lease one address per configured family from Milo. Retries of the same
  * attachment find their own claim (409 then GET). A failure in one family
  * releases the other within the reserved rollback slice of `totalMs`; what
- * the rollback did is part of the error.
+ * the rollback did is part of the error. A release journal entry of the
+ * attachment stays locked throughout and is dropped only when the ADD succeeds.
  */
 export const add: Handler = async (inv) => {
-  await inv.journal.drop(inv.attachment);
+  const entry = await inv.journal.hold(inv.attachment);
+  try {
+    const done = await leaseAll(inv, entry);
+    await entry?.remove();
+    return done;
+  } finally {
+    entry?.close();
+  }
+};
+
+async function leaseAll(inv: Invocation, entry: JournalHold | null) {
   const families = familiesOf(inv.conf.network);
   const [settled, claims] = await Promise.all([
-    Promise.allSettled(families.map((f) => leaseFamily(inv, f))),
+    Promise.allSettled(families.map((f) => leaseFamily(inv, f, entry))),
     claimNamesOf(inv),
   ]);
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
@@ -26,16 +38,20 @@ export const add: Handler = async (inv) => {
   if (failures.length) {
     const e = combineErrors(failures);
     if (!held.length) throw e;
-    const notes = await Promise.all(held.map((h) => rollBack(inv, h, e.message)));
+    const notes = await Promise.all(held.map((h) => rollBack(inv, h, e.message, entry)));
     throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
   }
   return {
     output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
     claims,
   };
-};
+}
 
-async function leaseFamily(inv: Invocation, family: Family): Promise<Held> {
+async function leaseFamily(
+  inv: Invocation,
+  family: Family,
+  entry: JournalHold | null,
+): Promise<Held> {
   const net = inv.conf.network;
   const body = await claimBody(inv.node.milo.namespace, net, inv.attachment, family);
   const name = (body.metadata as { name: string }).name;
@@ -55,7 +71,7 @@ async function leaseFamily(inv: Invocation, family: Family): Promise<Held> {
     };
   } catch (err) {
     const e = toCniError(err);
-    const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message);
+    const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
     throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
   }
 }
@@ -101,6 +117,7 @@ async function rollBack(
   inv: Invocation,
   h: Pick<Held, "family" | "name" | "uid">,
   cause: string,
+  entry: JournalHold | null,
 ): Promise<string> {
   const what = `${miloFamily(h.family)} claim ${h.name}`;
   try {
@@ -113,7 +130,8 @@ async function rollBack(
   } catch (err) {
     const e = toCniError(err);
     try {
-      await inv.journal.record(inv.attachment, [{ name: h.name, uid: h.uid }], cause, inv.now());
+      const claim = [{ name: h.name, uid: h.uid }];
+      await inv.journal.record(inv.attachment, claim, cause, inv.now(), entry);
       return `rollback of ${what} failed (${e.message}); journaled for release by reconcile`;
     } catch (jerr) {
       return `rollback of ${what} failed (${e.message}) and could not be journaled (${

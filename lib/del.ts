@@ -1,6 +1,7 @@
-import { claimName } from "./claims.ts";
+import { claimName, isHeldBy } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
-import { familiesOf, type Handler } from "./invocation.ts";
+import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import type { JournalClaim } from "./journal.ts";
 
 /**
  * DEL: release each family's claim in Milo. A claim already gone counts as
@@ -26,7 +27,9 @@ export const del: Handler = async (inv) => {
     return { claims };
   }
   const e = combineErrors(r.failures);
-  const failed = named.filter((n) => !r.done.includes(n)).map((n) => ({ name: n.name }));
+  const failed = await Promise.all(
+    named.filter((n) => !r.done.includes(n)).map((n) => journalClaim(inv, n.name)),
+  );
   let note: string;
   try {
     const path = await inv.journal.record(inv.attachment, failed, e.message, inv.now());
@@ -36,3 +39,18 @@ export const del: Handler = async (inv) => {
   }
   throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
 };
+
+/**
+ * The journal's record of a claim this DEL could not release: with its uid
+ * when a read within the rollback slice still finds it held by this
+ * attachment, so reconcile releases exactly that object.
+ */
+async function journalClaim(inv: Invocation, name: string): Promise<JournalClaim> {
+  try {
+    const claim = await inv.rollback.getClaim(name);
+    const uid = claim && isHeldBy(claim, inv.attachment) ? claim.metadata.uid : undefined;
+    return uid ? { name, uid } : { name };
+  } catch {
+    return { name };
+  }
+}

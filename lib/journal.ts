@@ -3,10 +3,11 @@
  * recorded on the node so `milo-ipam reconcile` finishes the release later.
  *
  * One small JSON file per attachment under `<stateDir>/journal/`, written
- * atomically (temporary file, fsync, rename). A later ADD of the same
- * attachment drops the entry before it leases: the runtime brought the
- * attachment back, so nothing of it may be released. ADD and reconcile take an
- * exclusive lock on the entry file, so an ADD never races a release.
+ * atomically (temporary file, fsync, rename). An ADD of the same attachment
+ * holds the entry's lock while it leases and drops the entry once it
+ * succeeded: the runtime brought the attachment back, so nothing of it may be
+ * released; a failed ADD leaves the entry owed. ADD, DEL, recording and
+ * reconcile take the entry file's exclusive lock, so none races another.
  */
 import { type Attachment, claimName } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
@@ -35,6 +36,15 @@ export interface JournalEntry {
   lastError: string;
 }
 
+/** An entry locked by {@link Journal.hold}: nobody else reads, changes or releases it meanwhile. */
+export interface JournalHold {
+  readonly path: string;
+  /** Removes the entry (the lock is still held until {@link close}). */
+  remove(): Promise<void>;
+  /** Releases the lock. */
+  close(): void;
+}
+
 /** The release journal of one node. */
 export class Journal {
   readonly dir: string;
@@ -51,15 +61,35 @@ export class Journal {
     return `${this.dir}/${name.replace(/-v4$/, "")}.json`;
   }
 
-  /** Records (or extends) the entry of `a` with `claims` and the error that left them. */
+  /**
+   * Records (or extends) the entry of `a` with `claims` and the error that
+   * left them, under the entry's lock (`held`: the caller holds it already).
+   */
   async record(
     a: Attachment,
     claims: JournalClaim[],
     error: string,
     now = Date.now(),
+    held?: JournalHold | null,
   ): Promise<string> {
     const path = await this.pathOf(a);
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
+    const lock = held?.path === path ? null : await lockEntry(path);
+    try {
+      await this.#merge(a, path, claims, error, now);
+    } finally {
+      lock?.close();
+    }
+    return path;
+  }
+
+  async #merge(
+    a: Attachment,
+    path: string,
+    claims: JournalClaim[],
+    error: string,
+    now: number,
+  ): Promise<void> {
     const old = await this.#read(path);
     const byName = new Map((old?.claims ?? []).map((c) => [c.name, c]));
     for (const c of claims) byName.set(c.name, { ...byName.get(c.name), ...c });
@@ -76,32 +106,39 @@ export class Journal {
     };
     if (!old) await this.#makeRoom();
     await writeAtomic(path, entry);
-    return path;
   }
 
   /**
-   * Drops the entry of `a`, waiting for a release in progress on it. Throws
-   * (code 5) when the entry exists and cannot be removed.
+   * Locks the entry of `a`, waiting for a release in progress on it; null when
+   * there is none. Throws (code 5) when it exists and cannot be locked.
    */
-  async drop(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): Promise<boolean> {
+  async hold(
+    a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
+  ): Promise<JournalHold | null> {
     const path = await this.pathOf(a);
-    let file: Deno.FsFile;
+    const file = await lockEntry(path).catch((err) => {
+      throw new CniError("io", `cannot lock release journal entry ${path}`, errorText(err));
+    });
+    if (!file) return null;
+    return {
+      path,
+      remove: () =>
+        this.update(path, null).catch((err) => {
+          throw new CniError("io", `cannot drop release journal entry ${path}`, errorText(err));
+        }),
+      close: () => file.close(),
+    };
+  }
+
+  /** Drops the entry of `a` (see {@link hold}); answers whether there was one. */
+  async drop(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): Promise<boolean> {
+    const h = await this.hold(a);
+    if (!h) return false;
     try {
-      file = await Deno.open(path, { read: true, write: true });
-    } catch (err) {
-      if (err instanceof Deno.errors.NotFound) return false;
-      throw new CniError("io", `cannot open release journal entry ${path}`, errorText(err));
-    }
-    try {
-      await file.lock(true);
-      await Deno.remove(path).catch((err) => {
-        if (!(err instanceof Deno.errors.NotFound)) throw err;
-      });
+      await h.remove();
       return true;
-    } catch (err) {
-      throw new CniError("io", `cannot drop release journal entry ${path}`, errorText(err));
     } finally {
-      file.close();
+      h.close();
     }
   }
 
@@ -129,22 +166,16 @@ export class Journal {
   }
 
   /**
-   * Runs `fn` holding the entry's lock, if the entry still exists at `path`
-   * (an ADD may have dropped it meanwhile); answers whether it ran.
+   * Runs `fn` on the entry at `path` as it is under its lock, if it still
+   * exists (an ADD may have dropped it meanwhile); answers whether it ran.
    */
-  async whileLocked(path: string, fn: () => Promise<void>): Promise<boolean> {
-    let file: Deno.FsFile;
+  async whileLocked(path: string, fn: (entry: JournalEntry) => Promise<void>): Promise<boolean> {
+    const file = await lockEntry(path);
+    if (!file) return false;
     try {
-      file = await Deno.open(path, { read: true, write: true });
-    } catch (err) {
-      if (err instanceof Deno.errors.NotFound) return false;
-      throw err;
-    }
-    try {
-      await file.lock(true);
-      const [held, now] = await Promise.all([file.stat(), Deno.stat(path).catch(() => null)]);
-      if (!now || now.ino !== held.ino) return false;
-      await fn();
+      const entry = await this.#read(path);
+      if (!entry) return false;
+      await fn(entry);
       return true;
     } finally {
       file.close();
@@ -180,6 +211,33 @@ export class Journal {
       await this.update(e.path, null);
     }
   }
+}
+
+/**
+ * Opens and locks the entry file at `path`; null when there is none. An entry
+ * replaced while we waited (a rename gives a new inode) is locked afresh.
+ */
+async function lockEntry(path: string): Promise<Deno.FsFile | null> {
+  for (let tries = 0; tries < 8; tries++) {
+    let file: Deno.FsFile;
+    try {
+      file = await Deno.open(path, { read: true, write: true });
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return null;
+      throw err;
+    }
+    try {
+      await file.lock(true);
+      const [held, now] = await Promise.all([file.stat(), Deno.stat(path).catch(() => null)]);
+      if (now?.ino === held.ino) return file;
+    } catch (err) {
+      file.close();
+      throw err;
+    }
+    file.close();
+    if (!(await Deno.stat(path).catch(() => null))) return null;
+  }
+  throw new Error(`${path} kept being replaced while waiting for its lock`);
 }
 
 /** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */

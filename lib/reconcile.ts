@@ -245,7 +245,7 @@ async function finishJournal(
       report.journal.push({ ...summary(path, entry), lastError: "dry run: not attempted" });
       continue;
     }
-    await journal.whileLocked(path, async () => {
+    await journal.whileLocked(path, async (entry) => {
       const left: JournalClaim[] = [];
       let lastError = entry.lastError;
       for (const c of entry.claims) {

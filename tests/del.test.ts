@@ -88,7 +88,8 @@ Deno.test("DEL: a 404 that is not Milo's NotFound of the claim fails (105) and j
         assert.equal(stub.seen("DELETE").length, 1, "a 404 is not retried");
         assert.ok(stub.get(NAME_V4), "the claim is still there");
         const [entry] = await i.journal.list();
-        assert.deepEqual(entry.entry?.claims, [{ name: NAME_V4 }]);
+        const uid = stub.get(NAME_V4)!.metadata.uid;
+        assert.deepEqual(entry.entry?.claims, [{ name: NAME_V4, uid }], "the uid it still has");
       });
     });
   }
@@ -112,6 +113,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
     );
     assert.match(e.details, /after 8 attempt\(s\); journaled for release by milo-ipam reconcile/);
     assert.equal(stub.seen("DELETE", NAME_V6).length, 8);
+    assert.equal(stub.seen("GET", NAME_V6).length, 1, "one read for the journal's uid");
     assert.equal(stub.get(NAME_V4), undefined, "the other family was released");
     const list = await i.journal.list();
     assert.equal(list.length, 1);
@@ -123,7 +125,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
       containerId: CONTAINER_ID,
       ifname: "eth0",
       created: now,
-      claims: [{ name: NAME_V6 }],
+      claims: [{ name: NAME_V6, uid: stub.get(NAME_V6)!.metadata.uid }],
       attempts: 0,
       lastError: e.message,
     });

@@ -169,3 +169,62 @@ Deno.test("journal: a malformed entry is listed with its error, never dropped si
     assert.equal(list.find((e) => e.entry)?.entry?.containerId, "ok");
   });
 });
+
+Deno.test("journal: a failed ADD leaves the entry owed; a reconcile waits for an ADD in flight", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    await rejectsWith(del(w.inv("DEL")), 11);
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => statusReply(503) });
+    await rejectsWith(add(w.inv("ADD")), 11);
+    const [kept] = await w.journal.list();
+    assert.equal(kept.entry?.claims.length, 2, "the failed ADD dropped nothing");
+    w.stub.clearFaults();
+    const posted = Promise.withResolvers<void>();
+    const go = Promise.withResolvers<void>();
+    w.stub.inject({
+      method: "POST",
+      times: 1,
+      answer: async () => {
+        posted.resolve();
+        await go.promise;
+        return undefined;
+      },
+    });
+    const adding = add(w.inv("ADD"));
+    await posted.promise;
+    let ran = false;
+    const reconciling = w.journal.whileLocked(kept.path, () => Promise.resolve(void (ran = true)));
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 0));
+    assert.equal(ran, false, "the release waits while the ADD holds the entry");
+    go.resolve();
+    await adding;
+    assert.equal(await reconciling, false, "the ADD succeeded: nothing left to release");
+    assert.equal(ran, false);
+    assert.deepEqual(await w.journal.list(), []);
+  });
+});
+
+Deno.test("journal: a record made while a release holds the entry waits, and is kept", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    const a = attachment(CONTAINER_ID);
+    const path = await w.journal.record(a, [{ name: "pod-x-v4" }], "first");
+    const locked = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    const releasing = w.journal.whileLocked(path, async (entry) => {
+      locked.resolve();
+      await release.promise;
+      await w.journal.update(path, { ...entry, claims: [], attempts: entry.attempts + 1 });
+    });
+    await locked.promise;
+    const recording = w.journal.record(a, [{ name: "pod-x-v6" }], "second");
+    for (let i = 0; i < 10; i++) await new Promise((r) => setTimeout(r, 0));
+    release.resolve();
+    await releasing;
+    await recording;
+    const [e] = await w.journal.list();
+    assert.deepEqual(e.entry?.claims, [{ name: "pod-x-v6" }], "the later record is not lost");
+    assert.equal(e.entry?.lastError, "second");
+  });
+});
