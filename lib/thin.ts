@@ -3,21 +3,20 @@
  * invocation (CNI environment, stdin, its start time) over the agent's unix
  * socket and prints the agent's reply. It imports no handler, no Milo client
  * and no schema; when the agent is absent, refuses or is stuck for
- * `requestMs`, the caller does the work itself.
+ * `requestMs` (connecting, taking the request or acknowledging it, counted
+ * from the process's start), the caller does the work itself.
  */
 import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
-import {
-  DEFAULT_AGENT_SOCKET,
-  DEFAULT_NODE_CONFIG,
-  LEGACY_NODE_CONFIG,
-  nodeConfigPath,
-} from "./paths.ts";
+import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
 import { within } from "./timers.ts";
 
 /** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
 const GRACE_MS = 500;
-/** How long to wait for the agent's first frame when the node config does not say. */
+/**
+ * How long connecting, sending the request and the agent's first frame may
+ * take together (from the process's start) when the node config does not say.
+ */
 const DEFAULT_REQUEST_MS = 2_000;
 
 /** What asking the agent came to. */
@@ -36,9 +35,9 @@ interface Hints {
 }
 
 async function hints(env: (name: string) => string | undefined): Promise<Hints | undefined> {
-  const { path } = nodeConfigPath(env);
+  const { path, legacy } = nodeConfigPath(env);
   let text: string | undefined;
-  for (const p of path === DEFAULT_NODE_CONFIG ? [path, LEGACY_NODE_CONFIG] : [path]) {
+  for (const p of legacy ? [path, legacy] : [path]) {
     text = await Deno.readTextFile(p).catch(() => undefined);
     if (text !== undefined) break;
   }
@@ -87,23 +86,38 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     counted: h.expected,
     https: h.https,
   });
+  // One budget for the whole exchange up to the first frame: an agent that
+  // never accepts, never reads the request or never answers costs requestMs.
+  const until = started + h.requestMs;
+  const stuck = Symbol("stuck");
+  const slow = () => fallback(`agent did not answer within ${h.requestMs} ms`);
   let conn: Deno.UnixConn;
   try {
-    conn = await Deno.connect({ transport: "unix", path: h.socket });
+    const connecting = Deno.connect({ transport: "unix", path: h.socket });
+    const c = await within<Deno.UnixConn | typeof stuck>(
+      connecting,
+      until - Date.now(),
+      () => stuck,
+    );
+    if (c === stuck) {
+      connecting.then((late) => late.close(), () => {});
+      return slow();
+    }
+    conn = c;
   } catch (err) {
     return fallback(`agent socket ${h.socket}: ${err instanceof Error ? err.name : err}`);
   }
   try {
     const header: RequestHeader = { v: 1, env, started };
-    await writeRequest(conn, header, stdin);
     const reader = new FrameReader(conn);
-    const stuck = Symbol("stuck");
+    // On the deadline the connection is closed below, which cancels a write or
+    // read still pending (its rejection is the race's, and ignored).
     const first = await within<AgentFrame | null | typeof stuck>(
-      reader.json<AgentFrame>(),
-      started + h.requestMs - Date.now(),
+      writeRequest(conn, header, stdin).then(() => reader.json<AgentFrame>()),
+      until - Date.now(),
       () => stuck,
     );
-    if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
+    if (first === stuck) return slow();
     if (first === null) return fallback("agent closed the connection");
     if (first.kind === "reply") return done(first);
     const { deadline, cniVersion } = first;

@@ -5,15 +5,39 @@
  */
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
+import { MAX_STDIN_BYTES } from "../lib/stdin.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { assertOk, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+import { assertOk, ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
 function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = l.addr.port;
   l.close();
   return port;
+}
+
+/**
+ * A stuck agent on `path`: it accepts connections, never reads them and never
+ * answers. `close` stops it and removes its socket; once it resolves, the
+ * path is free for the next listener (a closed listener unlinks its path when
+ * its last pending accept ends, which may be after `close()` returned).
+ */
+function stuckAgent(path: string): { accepted(): number; close(): Promise<void> } {
+  const held: Deno.Conn[] = [];
+  const listener = Deno.listen({ transport: "unix", path });
+  const accepting = (async () => {
+    for await (const c of listener) held.push(c);
+  })().catch(() => {});
+  return {
+    accepted: () => held.length,
+    close: async () => {
+      listener.close();
+      await accepting;
+      held.forEach((c) => c.close());
+      await Deno.remove(path).catch(() => {});
+    },
+  };
 }
 
 const via = async (logFile: string, containerId: string) =>
@@ -128,22 +152,56 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
     });
 
     await t.step("a stuck agent (accepts, never answers) costs at most requestMs", async () => {
-      const held: Deno.Conn[] = [];
-      const stuck = Deno.listen({ transport: "unix", path: p.socket! });
-      (async () => {
-        for await (const c of stuck) held.push(c);
-      })();
+      const stuck = stuckAgent(p.socket!);
       try {
         const r = await p.run({ command: "ADD", containerId: "stuck", stdin: conf });
         assertOk(r);
         assert.match((await via(p.logFile, "stuck"))[0], /^direct:agent did not answer within/);
         assert.ok(r.ms < 1000 + 4000, `within requestMs + totalMs (${Math.round(r.ms)} ms)`);
       } finally {
-        stuck.close();
-        held.forEach((c) => c.close());
-        await Deno.remove(p.socket!).catch(() => {});
+        await stuck.close();
       }
     });
+
+    await t.step(
+      "a stuck agent that never reads a ~1 MB stdin costs at most requestMs too",
+      async () => {
+        // A valid config (milo-ipam ignores the master's `args`) far larger than the socket's
+        // buffers, under the 1 MiB stdin limit: sending it waits on an agent that never reads.
+        const bare = JSON.stringify(p.netConf({}, { args: { padding: "" } })).length;
+        const big = JSON.stringify(
+          p.netConf({}, { args: { padding: "x".repeat(1_000_000 - bare) } }),
+        );
+        assert.equal(new TextEncoder().encode(big).byteLength, 1_000_000);
+        assert.ok(big.length <= MAX_STDIN_BYTES);
+        const stuck = stuckAgent(p.socket!);
+        try {
+          // The runner's own timeout only ends a plugin that never would.
+          const r = await p.run({
+            command: "ADD",
+            containerId: "stuck-big",
+            stdin: big,
+            timeoutMs: 15_000,
+          });
+          assert.ok(r.ms < 4000 + 1000, `exit within totalMs + 1 s (${Math.round(r.ms)} ms)`);
+          assertOk(r);
+          assert.ok(r.json, `one JSON result: ${r.stdout}`);
+          assert.equal(
+            r.stdout.trim().split("\n").length,
+            1,
+            "exactly one JSON document on stdout",
+          );
+          assert.equal(ipsOf(r).length, 2);
+          assert.match(
+            (await via(p.logFile, "stuck-big"))[0],
+            /^direct:agent did not answer within 1000 ms/,
+          );
+          assert.ok(stuck.accepted() > 0, "the plugin reached the stuck agent");
+        } finally {
+          await stuck.close();
+        }
+      },
+    );
   } finally {
     await p.cleanup();
     await milo.stop();
