@@ -65,7 +65,25 @@ export async function podmanMissing(): Promise<string | undefined> {
   if (!await exists(`${CNI_PLUGINS}/bridge`)) {
     return `${CNI_PLUGINS}/bridge missing (apt-get install containernetworking-plugins)`;
   }
-  return undefined;
+  return await podmanCannotRun();
+}
+
+/** Why podman cannot run here (its own storage, runc), from `podman info`; else undefined. */
+async function podmanCannotRun(): Promise<string | undefined> {
+  const runc = await runCmd("runc", ["--version"], { timeoutMs: 10_000 });
+  if (runc.code !== 0) return `runc cannot run: ${firstLine(runc.stderr)}`;
+  const p = await Podman.create({ pluginDirs: [CNI_PLUGINS] });
+  try {
+    const r = await p.run(["info", "--format", "{{.Host.OCIRuntime.Name}}"], 30_000);
+    if (r.code !== 0) return `podman cannot run here: ${firstLine(r.stderr)}`;
+    return undefined;
+  } finally {
+    await Deno.remove(p.dir, { recursive: true }).catch(() => {});
+  }
+}
+
+function firstLine(text: string): string {
+  return text.trim().split("\n")[0]?.slice(0, 200) || "(no message)";
 }
 
 /** Whether an ELF file has a PT_INTERP program header (dynamically linked). */
