@@ -39,8 +39,11 @@ async function subcommand(name: string, args: string[]): Promise<number> {
 
 /** One CNI call: VERSION locally, anything else by the agent, else in this process. */
 async function cni(): Promise<number> {
-  for (const host of installed().nonCniNet ?? []) {
-    Deno.permissions.revokeSync({ name: "net", host });
+  const granted = installed();
+  for (const host of granted.nonCniNet ?? []) Deno.permissions.revokeSync({ name: "net", host });
+  for (const path of granted.nonCniDirs ?? []) {
+    Deno.permissions.revokeSync({ name: "read", path });
+    Deno.permissions.revokeSync({ name: "write", path });
   }
   const stdin = await readStdinBytes();
   if (Deno.env.get("CNI_COMMAND") === "VERSION") {

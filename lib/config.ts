@@ -176,7 +176,7 @@ export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node"> & {
   node: string;
   /** The file read. */
   path: string;
-  /** Set when the file was found only at the legacy path. */
+  /** Set when the file read lies in the runtimes' network directory (the legacy path). */
   warning?: string;
   /** The raw network defaults of the node config. */
   defaults: Record<string, unknown>;
@@ -220,8 +220,12 @@ export function parseNodeConfig(
 
 /**
  * Reads the node config: `MILO_IPAM_CONFIG`, else the installed path, else
- * the default (else the legacy path, with a warning). A file that
- * `MILO_IPAM_CONFIG` names and that cannot be read is an environment error.
+ * the default. When no path was chosen (no install choice, or none
+ * installed), the legacy path is read when the default is absent, with a
+ * warning; a chosen path inside the runtimes' network directory warns too. A
+ * file that `MILO_IPAM_CONFIG` names and that cannot be read is an
+ * environment error. `fallback` replaces the default and legacy paths of an
+ * uninstalled run (tests).
  */
 export async function readNodeConfig(
   env: (name: string) => string | undefined,
@@ -230,19 +234,23 @@ export async function readNodeConfig(
   const found = nodeConfigPath(env);
   const { source } = found;
   const path = source === "default" ? fallback.path : found.path;
+  const legacy = source === "default" ? fallback.legacy : found.legacy;
   let at = path;
   let text = await readText(path, source);
-  let warning: string | undefined;
-  if (text === undefined && source === "default") {
-    text = await readText(fallback.legacy, source);
-    at = fallback.legacy;
-    warning = `node config read from ${fallback.legacy}, a directory runtimes scan for ` +
-      `networks; move it to ${fallback.path}`;
+  let warning = found.netDir
+    ? `node config ${path} lies in ${found.netDir}, the directory runtimes scan for networks; ` +
+      `move it to ${DEFAULT_NODE_CONFIG} and reinstall`
+    : undefined;
+  if (text === undefined && legacy) {
+    text = await readText(legacy, source);
+    at = legacy;
+    warning = `node config read from ${legacy}, in ${dirname(legacy)}, the directory runtimes ` +
+      `scan for networks; move it to ${path}`;
   }
   if (text === undefined) {
     throw new CniError(
       "config",
-      `no node config: ${path} does not exist`,
+      `no node config: ${path} does not exist${legacy ? ` (nor ${legacy})` : ""}`,
       "the node config holds milo.url, milo.tokenFile and cluster; see the README",
     );
   }
@@ -258,6 +266,11 @@ export async function readNodeConfig(
   }
   const cfg = parseNodeConfig(values, at, env);
   return warning ? { ...cfg, warning } : cfg;
+}
+
+/** The directory part of an absolute path. */
+function dirname(path: string): string {
+  return path.slice(0, Math.max(path.lastIndexOf("/"), 1));
 }
 
 /** The file's text, or undefined when a file not named by the environment is absent. */

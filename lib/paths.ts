@@ -14,11 +14,24 @@ export const DEFAULT_AGENT_SOCKET = "/run/milo-ipam/agent.sock";
 /** The global through which an install bakes its settings into the bundle. */
 export const INSTALL_GLOBAL = "__miloIpamInstall";
 
-/** What an install bakes in: the node config path, and network grants the CNI path drops. */
+/** What an install bakes in: where the node config is, and network grants the CNI path drops. */
 export interface InstallSettings {
+  /** The node config file: the one named at install, else the default path. */
   nodeConfig?: string;
+  /**
+   * Set when no node config was named at install: the old default, read
+   * (with a warning) when `nodeConfig` is absent.
+   */
+  legacyNodeConfig?: string;
+  /**
+   * Set when the file named at install lies in the runtimes' network
+   * directory (this one): every read of it warns.
+   */
+  nodeConfigNetDir?: string;
   /** `host:port` grants (agent metrics, the sweep's Kubernetes API) the CNI path revokes. */
   nonCniNet?: string[];
+  /** Directories the agent reads and writes (the socket's) that the CNI path revokes. */
+  nonCniDirs?: string[];
 }
 
 /** The settings the installer baked in (empty when run from source). */
@@ -30,15 +43,32 @@ export function installed(): InstallSettings {
 /** Where the node config path came from. */
 export type NodeConfigSource = "env" | "installed" | "default";
 
-/** The node config file to read: `MILO_IPAM_CONFIG`, else the installed path, else the default. */
-export function nodeConfigPath(env: (name: string) => string | undefined): {
+/** Where to read the node config. */
+export interface NodeConfigLocation {
   path: string;
   source: NodeConfigSource;
-} {
+  /** The old default, read with a warning when `path` is absent (no path was chosen). */
+  legacy?: string;
+  /** The runtimes' network directory, when the chosen `path` lies in it (read with a warning). */
+  netDir?: string;
+}
+
+/**
+ * The node config file to read: `MILO_IPAM_CONFIG`, else the installed path
+ * (with the legacy fallback when the install chose none), else the default
+ * (with the legacy fallback).
+ */
+export function nodeConfigPath(env: (name: string) => string | undefined): NodeConfigLocation {
   const fromEnv = env("MILO_IPAM_CONFIG");
   if (fromEnv) return { path: fromEnv, source: "env" };
-  const baked = installed().nodeConfig;
-  return baked
-    ? { path: baked, source: "installed" }
-    : { path: DEFAULT_NODE_CONFIG, source: "default" };
+  const s = installed();
+  if (!s.nodeConfig) {
+    return { path: DEFAULT_NODE_CONFIG, source: "default", legacy: LEGACY_NODE_CONFIG };
+  }
+  return {
+    path: s.nodeConfig,
+    source: "installed",
+    ...(s.legacyNodeConfig ? { legacy: s.legacyNodeConfig } : {}),
+    ...(s.nodeConfigNetDir ? { netDir: s.nodeConfigNetDir } : {}),
+  };
 }

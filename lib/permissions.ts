@@ -2,6 +2,7 @@
  * The plugin's permission sandbox, as one list. `scripts/install.ts` turns it
  * into Deno flags for both the compiled binary and the launcher.
  */
+import type { InstallSettings } from "./paths.ts";
 
 /** Environment variables the plugin reads. */
 export const ENV_VARS = [
@@ -38,6 +39,16 @@ export interface Grants {
   read: string[];
   /** Files and directories the plugin writes (the log file, its state directory). */
   write: string[];
+}
+
+/**
+ * The node config files the plugin may read, from what the install bakes in:
+ * the file named at install; with none named, the default path and the
+ * legacy one it falls back to. Nothing else: a legacy path the plugin never
+ * falls back to is not granted.
+ */
+export function nodeConfigReads(s: InstallSettings): string[] {
+  return [s.nodeConfig, s.legacyNodeConfig].filter((p): p is string => !!p);
 }
 
 /** `host:port` for a URL, with the scheme's default port made explicit. */

@@ -5,6 +5,12 @@
  *   deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]...
  *                     [--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]
  *
+ * Without `--config` the plugin reads /etc/milo-ipam/node.json, and the old
+ * default /etc/cni/net.d/milo-ipam.conf (with a warning in the log) while the
+ * new one is absent; the sandbox then grants reading both. A node config in
+ * the runtimes' network directory, named or found, is warned about here on
+ * stderr and by the plugin in its log.
+ *
  * `--kube` is for the cluster sweep's install (its CronJob): it grants the
  * Kubernetes API host and the files holding its credentials; the CNI path
  * revokes that host at start.
@@ -24,7 +30,13 @@ import {
   type InstallSettings,
   LEGACY_NODE_CONFIG,
 } from "../lib/paths.ts";
-import { type Grants, isInside, netGrant, permissionFlags } from "../lib/permissions.ts";
+import {
+  type Grants,
+  isInside,
+  netGrant,
+  nodeConfigReads,
+  permissionFlags,
+} from "../lib/permissions.ts";
 import { kubeconfigGrants, SERVICE_ACCOUNT_DIR } from "../lib/kube_access.ts";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -36,13 +48,24 @@ export interface Installed {
   path: string;
   kind: "compiled" | "launcher";
   flags: string[];
+  /** What the install warned about on stderr (a node config in the runtimes' network directory). */
+  warnings: string[];
 }
 
 /** Options of one installation. */
 export interface InstallOptions {
   dir: string;
-  /** The node config file (default /etc/milo-ipam/node.json). */
+  /**
+   * The node config file. Without it the plugin reads the default path, and
+   * the legacy path (with a warning) while the default is absent.
+   */
   config?: string;
+  /**
+   * The default and legacy node config paths (/etc/milo-ipam/node.json,
+   * /etc/cni/net.d/milo-ipam.conf) of an install without `config`. Only the
+   * installer reads them; tests move them into a temp dir.
+   */
+  nodeConfigPaths?: { default: string; legacy: string };
   allowHosts?: string[];
   /** The sweep's Kubernetes API: `in-cluster` (service account), or a kubeconfig path. */
   kube?: string;
@@ -65,18 +88,87 @@ function supportDir(dir: string): string {
 }
 
 /** The sandbox grants the node config calls for (see {@link plan}). */
-export async function grantsFor(o: InstallOptions): Promise<Grants> {
-  return (await plan(o)).grants;
+export async function grantsFor(o: InstallOptions): Promise<Grants & { nonCniDirs: string[] }> {
+  const p = await plan(o);
+  return { ...p.grants, nonCniDirs: p.nonCniDirs };
+}
+
+/** The install's choice of node config, and the file read now (to derive the grants). */
+interface NodeConfigChoice {
+  /** The file read. */
+  path: string;
+  /** What the plugin gets: the file named, or the default with the legacy fallback. */
+  settings: Pick<InstallSettings, "nodeConfig" | "legacyNodeConfig" | "nodeConfigNetDir">;
+  warnings: string[];
+}
+
+/** True when `path` (resolved, or its real path) lies inside `dir`. */
+async function inside(path: string, dir: string): Promise<boolean> {
+  return isInside(resolve(path), resolve(dir)) || isInside(await real(path), await real(dir));
+}
+
+/**
+ * The node config to read: the file named, else the default path, else the
+ * legacy path (warned about). A named file in the runtimes' network
+ * directory is warned about here and, baked into the plugin, in its log.
+ */
+async function chooseNodeConfig(o: InstallOptions): Promise<NodeConfigChoice> {
+  const at = o.nodeConfigPaths ?? { default: DEFAULT_NODE_CONFIG, legacy: LEGACY_NODE_CONFIG };
+  const [def, legacy] = [resolve(at.default), resolve(at.legacy)];
+  const netDir = dirname(legacy);
+  const why = `${netDir} is the directory container runtimes scan for networks, and a file ` +
+    "there without `type` can leave a runtime without a pod network";
+  if (o.config !== undefined) {
+    const path = resolve(o.config);
+    if (!await inside(path, netDir)) return { path, settings: { nodeConfig: path }, warnings: [] };
+    return {
+      path,
+      settings: { nodeConfig: path, nodeConfigNetDir: netDir },
+      warnings: [
+        `node config ${path} lies in ${netDir}: ${why}; move it to ${def} and reinstall ` +
+        "without --config",
+      ],
+    };
+  }
+  const settings = { nodeConfig: def, legacyNodeConfig: legacy };
+  if (await exists(def)) return { path: def, settings, warnings: [] };
+  if (await exists(legacy)) {
+    return {
+      path: legacy,
+      settings,
+      warnings: [
+        `node config read from ${legacy}, as ${def} is absent: ${why}; move it to ${def} ` +
+        "(the plugin reads it from there without reinstalling, and warns in its log until then)",
+      ],
+    };
+  }
+  throw new Error(`cannot read node config: neither ${def} nor ${legacy} exists`);
+}
+
+/** True when `path` exists (false only when it is absent). */
+async function exists(path: string): Promise<boolean> {
+  try {
+    await Deno.stat(path);
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.NotFound) return false;
+    throw new Error(`cannot read node config ${path}: ${err instanceof Error ? err.message : err}`);
+  }
 }
 
 /**
  * Reads the node config, derives the sandbox grants from it, and refuses a
  * layout in which the plugin could write its own credentials or config.
  */
-async function plan(
-  o: InstallOptions,
-): Promise<{ node: NodeConfig; path: string; grants: Grants; nonCniNet: string[] }> {
-  const path = resolve(o.config ?? DEFAULT_NODE_CONFIG);
+async function plan(o: InstallOptions): Promise<{
+  node: NodeConfig;
+  choice: NodeConfigChoice;
+  grants: Grants;
+  nonCniNet: string[];
+  nonCniDirs: string[];
+}> {
+  const choice = await chooseNodeConfig(o);
+  const { path } = choice;
   let values: unknown;
   try {
     values = JSON.parse(await Deno.readTextFile(path));
@@ -84,6 +176,7 @@ async function plan(
     throw new Error(`cannot read node config ${path}: ${err instanceof Error ? err.message : err}`);
   }
   const node = parseNodeConfig(values, path, () => undefined);
+  const configs = nodeConfigReads(choice.settings);
   const m = node.milo;
   const secrets = [m.tokenFile, m.caFile, m.certFile, m.keyFile].filter((f): f is string => !!f);
   const socketDir = dirname(node.agent.socket);
@@ -101,19 +194,22 @@ async function plan(
     ],
     read: [
       code,
-      path,
-      DEFAULT_NODE_CONFIG,
-      LEGACY_NODE_CONFIG,
+      ...configs,
       ...secrets,
       node.resultsDir,
       node.stateDir,
       socketDir,
+      node.agent.socket,
       ...kube.read,
     ],
-    write: [node.log.file, node.stateDir, socketDir],
+    write: [node.log.file, node.stateDir, socketDir, node.agent.socket],
   };
+  // The agent creates the socket in its directory; the exec'd plugin keeps the socket alone.
+  const others = [code, ...configs, ...secrets, node.resultsDir, node.stateDir, node.log.file];
+  const shared = [...others, ...kube.read].includes(socketDir);
+  const nonCniDirs = shared ? [] : [socketDir];
   const writable = await Promise.all(g.write.map(real));
-  for (const f of [...secrets, ...kube.read, path, code]) {
+  for (const f of [...secrets, ...kube.read, ...configs, code]) {
     const at = await real(f);
     const inside = writable.find((w) => isInside(at, w));
     if (inside) {
@@ -124,7 +220,7 @@ async function plan(
       );
     }
   }
-  return { node, path, grants: g, nonCniNet };
+  return { node, choice, grants: g, nonCniNet, nonCniDirs };
 }
 
 /** The sweep's Kubernetes API host and credential files (none without `kube`). */
@@ -310,10 +406,12 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const dir = resolve(o.dir);
   const support = supportDir(dir);
   await Deno.mkdir(support, { recursive: true, mode: 0o755 });
-  const { path, grants, nonCniNet } = await plan(o);
+  const { choice, grants, nonCniNet, nonCniDirs } = await plan(o);
+  const { warnings } = choice;
+  for (const w of warnings) o.quiet || console.error(`warning: ${w}`);
   const flags = permissionFlags(grants);
   const bundle = join(support, "milo-ipam.js");
-  const settings: InstallSettings = { nodeConfig: path, nonCniNet };
+  const settings: InstallSettings = { ...choice.settings, nonCniNet, nonCniDirs };
   const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
   const dirName = await placeBundle(support, await bundleFiles());
   const entry = `import { main } from "./${dirName}/main.js";\nDeno.exit(await main(Deno.args));\n`;
@@ -332,7 +430,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
     if (compiled.ok) {
       await commit(tmp, target, 0o755);
       say(`installed compiled binary ${target}`);
-      return { path: target, kind: "compiled", flags };
+      return { path: target, kind: "compiled", flags, warnings };
     }
     await Deno.remove(tmp).catch(() => {});
     if (mode === "compile") throw new Error(`deno compile failed:\n${compiled.output}`);
@@ -343,7 +441,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
   await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
   await writeAtomic(target, launcherScript(deno, bundle, flags), 0o755);
   say(`installed launcher ${target} (Deno ${Deno.version.deno})`);
-  return { path: target, kind: "launcher", flags };
+  return { path: target, kind: "launcher", flags, warnings };
 }
 
 function firstLine(text: string): string {

@@ -1,6 +1,6 @@
 /** Test support: install milo-ipam into a temp dir and run it the way a CNI runtime does. */
 import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
-import { install, type Installed } from "../scripts/install.ts";
+import { install, type Installed, type InstallOptions } from "../scripts/install.ts";
 import { waitForText } from "./child.ts";
 
 /** What one plugin process did. */
@@ -31,6 +31,8 @@ export interface TestPlugin {
   logFile: string;
   /** The node config file, baked into the install (no MILO_IPAM_CONFIG needed). */
   nodeConfig: string;
+  /** With `nodeConfigAt`: the install's default and legacy node config paths (in the temp dir). */
+  nodeConfigPaths?: { default: string; legacy: string };
   /** libcni-style result cache directory granted to the plugin. */
   resultsDir: string;
   /** milo-ipam's state directory (reconcile state, release journal). */
@@ -69,11 +71,30 @@ export async function installPlugin(o: {
   agent?: boolean;
   /** The agent's metrics listener (`127.0.0.1:PORT`). */
   agentMetrics?: string;
+  /** How to install (see scripts/install.ts): `auto` unless a test needs one form. */
+  mode?: InstallOptions["mode"];
+  /**
+   * Moves the install's default and legacy node config paths into the temp dir
+   * (`etc/milo-ipam/node.json`, `etc/cni/net.d/milo-ipam.conf`) and writes the
+   * node config at the one named here. Without it the node config is
+   * `DIR/node.json`, named at install.
+   */
+  nodeConfigAt?: "default" | "legacy";
+  /** With `nodeConfigAt`: false installs with no node config named (`--config` left out). */
+  chooseConfig?: boolean;
 }): Promise<TestPlugin> {
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-plugin-" });
   const tokenFile = `${dir}/token`;
   const logFile = `${dir}/milo-ipam.log`;
-  const nodeConfig = `${dir}/node.json`;
+  const nodeConfigPaths = o.nodeConfigAt
+    ? { default: `${dir}/etc/milo-ipam/node.json`, legacy: `${dir}/etc/cni/net.d/milo-ipam.conf` }
+    : undefined;
+  const nodeConfig = nodeConfigPaths?.[o.nodeConfigAt!] ?? `${dir}/node.json`;
+  if (nodeConfigPaths) {
+    for (const p of Object.values(nodeConfigPaths)) {
+      await Deno.mkdir(p.slice(0, p.lastIndexOf("/")), { recursive: true });
+    }
+  }
   const resultsDir = `${dir}/results`;
   const stateDir = `${dir}/state`;
   await Deno.writeTextFile(tokenFile, o.token + "\n");
@@ -104,9 +125,11 @@ export async function installPlugin(o: {
   const netConf = netConfFor(o.classes);
   const installed = await install({
     dir: `${dir}/bin`,
-    config: nodeConfig,
+    config: nodeConfigPaths && o.chooseConfig === false ? undefined : nodeConfig,
+    ...(nodeConfigPaths ? { nodeConfigPaths } : {}),
     allowHosts: o.allowHosts,
     kube: o.kube,
+    mode: o.mode,
     quiet: true,
   });
   const run = (r: RunOptions) => runAs(installed.path, dir, r);
@@ -121,6 +144,7 @@ export async function installPlugin(o: {
     tokenFile,
     logFile,
     nodeConfig,
+    ...(nodeConfigPaths ? { nodeConfigPaths } : {}),
     resultsDir,
     stateDir,
     node,

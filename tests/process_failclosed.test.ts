@@ -373,8 +373,11 @@ for (const mode of MODES) {
 
 Deno.test("install refuses credentials inside a writable path; its files are its own and replaced atomically", async () => {
   const fake = await fakeMilo(storeHandler(GOOD).handle);
-  const plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN });
+  // The launcher's own copy of Deno exists only in that form: both installs here are launchers,
+  // whether or not `deno compile` works on this machine.
+  const plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN, mode: "launcher" });
   try {
+    assert.equal(plugin.installed.kind, "launcher");
     const bad = `${plugin.dir}/bad-node.json`;
     await Deno.writeTextFile(
       bad,
@@ -401,7 +404,12 @@ Deno.test("install refuses credentials inside a writable path; its files are its
       }
       return codes;
     })();
-    await install({ dir: `${plugin.dir}/bin`, config: plugin.nodeConfig, quiet: true });
+    await install({
+      dir: `${plugin.dir}/bin`,
+      config: plugin.nodeConfig,
+      mode: "launcher",
+      quiet: true,
+    });
     assert.ok((await execs).every((c) => c === 0), "every exec during the reinstall worked");
     const left = [
       ...Deno.readDirSync(`${plugin.dir}/bin`),
@@ -411,6 +419,65 @@ Deno.test("install refuses credentials inside a writable path; its files are its
     assert.deepEqual(left, [], "no temporary file left behind");
   } finally {
     await plugin.cleanup();
+    await fake.close();
+  }
+});
+
+Deno.test("the node config lives outside the runtimes' network directory: an install naming none reads the legacy file with one warning per call; one naming it warns", async () => {
+  const store = storeHandler(GOOD);
+  const fake = await fakeMilo(store.handle);
+  const unnamed = await installPlugin({
+    miloUrl: fake.url,
+    token: TOKEN,
+    nodeConfigAt: "legacy",
+    chooseConfig: false,
+  });
+  const named = await installPlugin({ miloUrl: fake.url, token: TOKEN, nodeConfigAt: "legacy" });
+  const warnings = async (p: TestPlugin) =>
+    (await p.logLines()).filter((l) => l.level === "warn").map((l) => String(l.msg));
+  const readGrant = (p: TestPlugin) =>
+    p.installed.flags.find((f) => f.startsWith("--allow-read="))!.slice(13).split(",");
+  try {
+    const { default: def, legacy } = unnamed.nodeConfigPaths!;
+    const netDir = legacy.slice(0, legacy.lastIndexOf("/"));
+    assert.equal(unnamed.nodeConfig, legacy);
+    assert.equal(unnamed.installed.warnings.length, 1, "the install warned about the legacy file");
+    assert.ok(unnamed.installed.warnings[0].includes(legacy));
+    assert.ok(readGrant(unnamed).includes(def) && readGrant(unnamed).includes(legacy));
+    const conf = unnamed.netConf(v4);
+    for (const [command, n] of [["ADD", 1], ["DEL", 2]] as const) {
+      const r = await unnamed.run({ command, containerId: "old", stdin: conf });
+      assertOk(r);
+      assert.ok(!r.stdout.includes(netDir), "the warning never goes to stdout");
+      const w = await warnings(unnamed);
+      assert.equal(w.length, n, `one warning per invocation: ${JSON.stringify(w)}`);
+      assert.ok(w.every((m) => m.includes(legacy) && m.includes(def)), w.join("\n"));
+    }
+    assert.equal(store.claims.size, 0);
+    // The new file present: it is the one read (the legacy file no longer even parses), silently.
+    await Deno.writeTextFile(def, JSON.stringify(unnamed.node));
+    await Deno.writeTextFile(legacy, "{");
+    await Deno.remove(unnamed.logFile);
+    const now = await unnamed.run({ command: "ADD", containerId: "new", stdin: conf });
+    assertOk(now);
+    assert.deepEqual(await warnings(unnamed), [], "no warning with the new file present");
+    assert.ok((await unnamed.logLines()).length > 0, "the call was logged");
+
+    // Named at install although it lies in the network directory: warned at install and per call.
+    const at = named.nodeConfigPaths!;
+    assert.equal(named.nodeConfig, at.legacy);
+    assert.equal(named.installed.warnings.length, 1);
+    assert.ok(named.installed.warnings[0].includes(at.legacy));
+    assert.ok(!readGrant(named).includes(at.default), "no grant on a path it never reads");
+    const r = await named.run({ command: "ADD", containerId: "named", stdin: named.netConf(v4) });
+    assertOk(r);
+    const w = await warnings(named);
+    assert.equal(w.length, 1, JSON.stringify(w));
+    assert.match(w[0], /runtimes scan/);
+    assert.ok(w[0].includes(at.legacy));
+  } finally {
+    await unnamed.cleanup();
+    await named.cleanup();
     await fake.close();
   }
 });

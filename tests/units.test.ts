@@ -271,9 +271,11 @@ Deno.test("install grants come from the node config, for launcher and binary ali
     assert.ok(g.read.includes(`${dir}/bin/.milo-ipam`), "the bundle's chunks load on demand");
     assert.deepEqual(g.write.sort(), [
       "/run/milo-ipam",
+      "/run/milo-ipam/agent.sock",
       `${dir}/log/milo-ipam.log`,
       `${dir}/state`,
     ]);
+    assert.deepEqual(g.nonCniDirs, ["/run/milo-ipam"], "the exec'd plugin keeps the socket alone");
     const flags = permissionFlags(g);
     assert.ok(flags.some((f) => f.startsWith("--allow-env=") && f.includes("HTTPS_PROXY")));
     const script = launcherScript("/opt/deno", "/opt/milo-ipam.js", flags);
@@ -285,12 +287,65 @@ Deno.test("install grants come from the node config, for launcher and binary ali
       stateDir: `${dir}/state`,
     });
     await assert.rejects(grantsFor({ dir, config: path }), /token.*inside/);
+    await write({
+      ...NODE,
+      agent: { socket: `${dir}/state/agent.sock` },
+      stateDir: `${dir}/state`,
+    });
+    assert.deepEqual((await grantsFor({ dir, config: path })).nonCniDirs, [], "stateDir stays");
     await write({ ...NODE, stateDir: `${dir}/bin` });
     await assert.rejects(grantsFor({ dir: `${dir}/bin`, config: path }), /\.milo-ipam lies inside/);
     await write({ ...NODE, log: { file: NODE.milo.tokenFile } });
     await assert.rejects(grantsFor({ dir, config: path }), /inside/);
     await assert.rejects(grantsFor({ dir, config: `${dir}/absent.json` }), /cannot read/);
   } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("install without a node config named: the default, else the legacy path with a warning; grants on both, and only then", async () => {
+  const { INSTALL_GLOBAL } = await import("../lib/paths.ts");
+  const g = globalThis as Record<string, unknown>;
+  const dir = await Deno.makeTempDir();
+  try {
+    const paths = { default: `${dir}/etc/node.json`, legacy: `${dir}/net.d/milo-ipam.conf` };
+    await Deno.mkdir(`${dir}/net.d`);
+    await Deno.writeTextFile(paths.legacy, JSON.stringify(NODE));
+    const reads = async (config?: string) =>
+      (await grantsFor({ dir: `${dir}/bin`, config, nodeConfigPaths: paths })).read;
+    const unnamed = await reads();
+    assert.ok(unnamed.includes(paths.default) && unnamed.includes(paths.legacy));
+    const named = await reads(paths.legacy);
+    assert.ok(named.includes(paths.legacy) && !named.includes(paths.default));
+    await assert.rejects(
+      grantsFor({
+        dir: `${dir}/bin`,
+        nodeConfigPaths: { default: `${dir}/none.json`, legacy: `${dir}/none.conf` },
+      }),
+      /neither .*none\.json nor .*none\.conf/,
+    );
+    await Deno.writeTextFile(paths.legacy, JSON.stringify({ ...NODE, stateDir: `${dir}/etc` }));
+    await assert.rejects(grantsFor({ dir: `${dir}/bin`, nodeConfigPaths: paths }), /inside/);
+    await Deno.writeTextFile(paths.legacy, JSON.stringify(NODE));
+
+    const env = () => undefined;
+    g[INSTALL_GLOBAL] = { nodeConfig: paths.default, legacyNodeConfig: paths.legacy };
+    const old = await readNodeConfig(env);
+    assert.equal(old.path, paths.legacy);
+    assert.ok(old.warning!.includes(paths.legacy) && /runtimes scan/.test(old.warning!));
+    await Deno.mkdir(`${dir}/etc`);
+    await Deno.writeTextFile(paths.default, JSON.stringify({ ...NODE, cluster: "new" }));
+    const now = await readNodeConfig(env);
+    assert.equal(now.cluster, "new");
+    assert.equal(now.warning, undefined);
+    g[INSTALL_GLOBAL] = { nodeConfig: `${dir}/etc/absent.json` };
+    await assert.rejects(readNodeConfig(env), /no node config/, "no fallback for a named file");
+    g[INSTALL_GLOBAL] = { nodeConfig: paths.legacy, nodeConfigNetDir: `${dir}/net.d` };
+    const inNetDir = await readNodeConfig(env);
+    assert.equal(inNetDir.path, paths.legacy);
+    assert.match(inNetDir.warning!, /lies in .*net\.d, the directory runtimes scan/);
+  } finally {
+    delete g[INSTALL_GLOBAL];
     await Deno.remove(dir, { recursive: true });
   }
 });
