@@ -4,6 +4,7 @@ import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { JournalHold } from "./journal.ts";
+import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
 /** A lease this ADD holds: the claim's name and uid besides the address. */
@@ -13,17 +14,23 @@ type Held = Lease & { name: string; uid?: string };
  * ADD: lease one address per configured family from Milo. Retries of the same
  * attachment find their own claim (409 then GET). A failure in one family
  * releases the other within the reserved rollback slice of `totalMs`; what
- * the rollback did is part of the error. A release journal entry of the
- * attachment stays locked throughout and is dropped only when the ADD succeeds.
+ * the rollback did is part of the error. The attachment's lock is held
+ * throughout (a concurrent ADD or DEL of it waits), and so is a release
+ * journal entry of it, dropped only when the ADD succeeds.
  */
 export const add: Handler = async (inv) => {
-  const entry = await inv.journal.hold(inv.attachment);
+  const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
-    const done = await leaseAll(inv, entry);
-    await entry?.remove();
-    return done;
+    const entry = await inv.journal.hold(inv.attachment);
+    try {
+      const done = await leaseAll(inv, entry);
+      await entry?.remove();
+      return done;
+    } finally {
+      entry?.close();
+    }
   } finally {
-    entry?.close();
+    lock.close();
   }
 };
 

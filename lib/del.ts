@@ -2,14 +2,25 @@ import { claimName, isHeldBy } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { JournalClaim } from "./journal.ts";
+import { type AttachmentLock, lockAttachment } from "./lockfile.ts";
 
 /**
  * DEL: release each family's claim in Milo. A claim already gone counts as
  * released. Any other failure fails the DEL so the runtime retries it, and
  * records the claims in the release journal, so that `milo-ipam reconcile`
- * finishes the release if the runtime gives up.
+ * finishes the release if the runtime gives up. Holds the attachment's lock
+ * (see lib/lockfile.ts) and removes it once the attachment is released.
  */
 export const del: Handler = async (inv) => {
+  const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
+  try {
+    return await release(inv, lock);
+  } finally {
+    lock.close();
+  }
+};
+
+async function release(inv: Invocation, lock: AttachmentLock) {
   const named = await Promise.all(
     familiesOf(inv.conf.network).map(async (f) => ({
       f,
@@ -24,6 +35,7 @@ export const del: Handler = async (inv) => {
   );
   if (!r.failures.length) {
     await inv.journal.drop(inv.attachment).catch(() => false);
+    await lock.remove();
     return { claims };
   }
   const e = combineErrors(r.failures);
@@ -38,7 +50,7 @@ export const del: Handler = async (inv) => {
     note = `could not be journaled: ${errorText(err)}`;
   }
   throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
-};
+}
 
 /**
  * The journal's record of a claim this DEL could not release: with its uid

@@ -11,6 +11,7 @@
  */
 import { type Attachment, claimName } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
+import { lockFile } from "./lockfile.ts";
 
 /** Most entries kept; the oldest go first when a new one would exceed it. */
 export const MAX_JOURNAL_ENTRIES = 1024;
@@ -74,7 +75,7 @@ export class Journal {
   ): Promise<string> {
     const path = await this.pathOf(a);
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
-    const lock = held?.path === path ? null : await lockEntry(path);
+    const lock = held?.path === path ? null : await lockFile(path);
     try {
       await this.#merge(a, path, claims, error, now);
     } finally {
@@ -116,7 +117,7 @@ export class Journal {
     a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
   ): Promise<JournalHold | null> {
     const path = await this.pathOf(a);
-    const file = await lockEntry(path).catch((err) => {
+    const file = await lockFile(path).catch((err) => {
       throw new CniError("io", `cannot lock release journal entry ${path}`, errorText(err));
     });
     if (!file) return null;
@@ -170,7 +171,7 @@ export class Journal {
    * exists (an ADD may have dropped it meanwhile); answers whether it ran.
    */
   async whileLocked(path: string, fn: (entry: JournalEntry) => Promise<void>): Promise<boolean> {
-    const file = await lockEntry(path);
+    const file = await lockFile(path);
     if (!file) return false;
     try {
       const entry = await this.#read(path);
@@ -211,33 +212,6 @@ export class Journal {
       await this.update(e.path, null);
     }
   }
-}
-
-/**
- * Opens and locks the entry file at `path`; null when there is none. An entry
- * replaced while we waited (a rename gives a new inode) is locked afresh.
- */
-async function lockEntry(path: string): Promise<Deno.FsFile | null> {
-  for (let tries = 0; tries < 8; tries++) {
-    let file: Deno.FsFile;
-    try {
-      file = await Deno.open(path, { read: true, write: true });
-    } catch (err) {
-      if (err instanceof Deno.errors.NotFound) return null;
-      throw err;
-    }
-    try {
-      await file.lock(true);
-      const [held, now] = await Promise.all([file.stat(), Deno.stat(path).catch(() => null)]);
-      if (now?.ino === held.ino) return file;
-    } catch (err) {
-      file.close();
-      throw err;
-    }
-    file.close();
-    if (!(await Deno.stat(path).catch(() => null))) return null;
-  }
-  throw new Error(`${path} kept being replaced while waiting for its lock`);
 }
 
 /** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */

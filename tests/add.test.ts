@@ -378,3 +378,38 @@ Deno.test("ADD: a 409 Conflict that is not AlreadyExists (pinned address taken) 
     assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`]);
   });
 });
+
+Deno.test("two ADDs of one attachment: the second waits for the first's rollback, keeps its lease", async () => {
+  await withStub(async (stub, inv) => {
+    const v4Posted = Promise.withResolvers<void>();
+    const second = Promise.withResolvers<void>();
+    let v6Posts = 0;
+    stub.inject({
+      method: "POST",
+      times: FOREVER,
+      answer: async (req) => {
+        const family = (req.body as { spec: Json }).spec.ipFamily;
+        if (family === "IPv4") v4Posted.resolve();
+        if (family !== "IPv6" || v6Posts++) return undefined;
+        // The first ADD's IPv6 fails once the second ADD is done (or 300 ms on, as it waits).
+        await Promise.race([second.promise, new Promise((r) => setTimeout(r, 300))]);
+        return statusReply(422);
+      },
+    });
+    const first = add(inv()).then(() => assert.fail("the first ADD must fail"), (e) => e);
+    await v4Posted.promise;
+    const done = await add(inv()).finally(() => second.resolve());
+    const e = await first;
+    assert.match(e.details, /rollback: IPv4 claim .* released/);
+    const canon = (cidr: string) => {
+      const [a, len] = cidr.split("/");
+      return `${a.includes(":") ? new URL(`http://[${a}]/`).hostname : a}/${len}`;
+    };
+    const returned = (done.output as { ips: { address: string }[] }).ips.map((i) => i.address);
+    assert.deepEqual(
+      stub.all().map((c) => canon(c.status.allocatedCIDR ?? "")).sort(),
+      returned.map(canon).sort(),
+      "the lease the second ADD returned is still Milo's",
+    );
+  });
+});

@@ -1,0 +1,66 @@
+/**
+ * Exclusive file locks on the node (flock, shared by the plugin, the agent
+ * and reconcile): the per-attachment lock that orders ADD and DEL of one
+ * attachment across processes, and the lock of a release journal entry.
+ */
+import { type Attachment, claimName } from "./claims.ts";
+import { CniError, errorText } from "./errors.ts";
+
+/**
+ * Opens and locks the file at `path` (creating it when `create`), waiting for
+ * its holder; null when it does not exist. A file replaced or removed while
+ * we waited (another inode at `path`) is locked afresh.
+ */
+export async function lockFile(path: string, create = false): Promise<Deno.FsFile | null> {
+  for (let tries = 0; tries < 8; tries++) {
+    let file: Deno.FsFile;
+    try {
+      file = await Deno.open(path, { read: true, write: true, create, mode: 0o600 });
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound && !create) return null;
+      throw err;
+    }
+    try {
+      await file.lock(true);
+      const [held, now] = await Promise.all([file.stat(), Deno.stat(path).catch(() => null)]);
+      if (now?.ino === held.ino) return file;
+    } catch (err) {
+      file.close();
+      throw err;
+    }
+    file.close();
+    if (!create && !(await Deno.stat(path).catch(() => null))) return null;
+  }
+  throw new Error(`${path} kept being replaced while waiting for its lock`);
+}
+
+/** The lock of one attachment, held for one ADD or DEL. */
+export interface AttachmentLock {
+  /** Removes the lock file (when the attachment is gone), still holding it until {@link close}. */
+  remove(): Promise<void>;
+  close(): void;
+}
+
+/**
+ * Locks the attachment `a` under `<stateDir>/locks/`: an ADD or DEL of the
+ * same attachment in another process (a runtime's retry, the agent finishing a
+ * call its client gave up on) waits for this one, so a rollback never deletes
+ * the claim a concurrent call of the same attachment returned.
+ */
+export async function lockAttachment(
+  stateDir: string,
+  a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
+): Promise<AttachmentLock> {
+  const dir = `${stateDir}/locks`;
+  const path = `${dir}/${(await claimName(a, "ipv4")).replace(/-v4$/, "")}`;
+  try {
+    await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+    const file = (await lockFile(path, true))!;
+    return {
+      remove: () => Deno.remove(path).catch(() => {}),
+      close: () => file.close(),
+    };
+  } catch (err) {
+    throw new CniError("io", `cannot lock attachment ${path}`, errorText(err));
+  }
+}
