@@ -126,6 +126,18 @@ export interface AgentResults {
   };
   /** Plugin calls that fell back to doing the work themselves (the install's counter). */
   fallbacks: number;
+  /** ADDs in flight while the agent is SIGKILLed and restarted (absent in older reports). */
+  restart?: {
+    n: number;
+    inFlight: number;
+    killedAfter: number;
+    /** From the kill to the restarted agent listening. */
+    downMs: number;
+    /** ADDs that failed (and were DELed as a runtime would). */
+    failed: number;
+    /** Addresses leased twice, claims no result holds, results without a claim: all 0. */
+    ledger: { duplicates: number; leaked: number; missing: number };
+  };
 }
 
 /** One `sweep()` run over the seeded cluster. */

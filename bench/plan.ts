@@ -19,6 +19,8 @@ export interface Plan {
   throughputInFlight: number;
   /** Agent: ADDs started at once. */
   burst: number;
+  /** ADDs in flight across an agent restart. */
+  restartN: number;
   /** Agent: in-process ADD/DEL pairs over the socket, and the pair after which RSS is the base. */
   soakPairs: number;
   soakCheckpoint: number;
@@ -45,6 +47,7 @@ export const FULL: Plan = {
   throughputN: 320,
   throughputInFlight: 32,
   burst: 64,
+  restartN: 256,
   soakPairs: 10_000,
   soakCheckpoint: 1_000,
   sweepClaims: 10_000,
@@ -67,6 +70,7 @@ export const QUICK: Plan = {
   throughputN: 16,
   throughputInFlight: 8,
   burst: 16,
+  restartN: 32,
   soakPairs: 200,
   soakCheckpoint: 20,
   sweepClaims: 300,

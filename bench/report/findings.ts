@@ -116,6 +116,17 @@ function agentBudgets(r: BenchResults): Finding[] {
   for (const verb of ["ADD", "CHECK", "DEL"]) {
     out.push(perFamily("agent", a.requests.find((c) => c.verb === verb), verb));
   }
+  const x = a.restart, l = x?.ledger;
+  out.push({
+    group: "agent",
+    what: `no ADD lost or duplicated across an agent SIGKILL + restart at ${x?.inFlight ?? "?"} ` +
+      "in flight",
+    limit: "ledger 0 / 0 / 0",
+    figure: l
+      ? `${l.duplicates} / ${l.leaked} / ${l.missing} (${x.failed} failed)`
+      : "not measured",
+    ok: l ? l.duplicates === 0 && l.leaked === 0 && l.missing === 0 : undefined,
+  });
   return out;
 }
 

@@ -1,5 +1,5 @@
 /** The report's agent and cluster-sweep sections. */
-import { type BenchResults, find, type LoadPoint } from "../model.ts";
+import { type AgentResults, type BenchResults, find, type LoadPoint } from "../model.ts";
 import { fmtMiB, fmtMs, SERIES_HEAD, seriesRows, table } from "./format.ts";
 
 function loadRow(what: string, p: LoadPoint): (string | number)[] {
@@ -61,7 +61,18 @@ export function agentSection(r: BenchResults): string {
     `${r.warmup} warm-up rounds and 15 in-process pairs): ${a.steady.connections} new ` +
     `connections, ${a.steady.tlsHandshakes} TLS handshakes. Fallbacks counted by the install: ` +
     `${a.fallbacks}.`,
+    "",
+    restartLine(a.restart),
   ].join("\n");
+}
+
+function restartLine(x: AgentResults["restart"]): string {
+  if (!x) return "Agent restart under load: not measured in this run.";
+  const l = x.ledger;
+  return `Agent restart: ${x.n} ADDs at ${x.inFlight} in flight, the agent SIGKILLed after ` +
+    `${x.killedAfter} and listening again ${fmtMs(x.downMs)} ms later; ${x.failed} ADDs failed ` +
+    `(DELed as a runtime would). Ledger of their claims: ${l.duplicates} addresses leased twice, ` +
+    `${l.leaked} claims no result holds, ${l.missing} results without a claim.`;
 }
 
 /** The cluster sweep: seeding, then one row per run. */

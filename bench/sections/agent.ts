@@ -4,7 +4,8 @@
  * flags: wall time, the client's CPU plus the agent's share (read from
  * /proc/PID/stat around each call), requests, and connections and TLS
  * handshakes at milo-dev after a warm-up. Then load, burst and memory
- * (agent_load.ts).
+ * (agent_load.ts), and last the agent's restart under load (the fallback
+ * counter is read before it).
  */
 import { FALLBACK_COUNTER } from "../../lib/run.ts";
 import type { RunResult } from "../../testing/plugin.ts";
@@ -23,7 +24,7 @@ import {
 } from "../proc.ts";
 import { RequestCounter } from "../requests.ts";
 import type { World } from "../world.ts";
-import { burstRun, pairs, soakRun, throughputRun } from "./agent_load.ts";
+import { burstRun, pairs, restartRun, soakRun, throughputRun } from "./agent_load.ts";
 
 /** Series keys of this section. */
 export const AGENT = { floor: "floor", add: "add", check: "check", del: "del" } as const;
@@ -114,7 +115,8 @@ export async function agentSection(w: World, plan: Plan): Promise<AgentResults> 
     const soak = await soakRun(w, plan, pid);
     const fallbacks = (await Deno.stat(`${w.g.stateDir}/${FALLBACK_COUNTER}`)
       .catch(() => ({ size: 0 }))).size;
-    return { ...lat, agentCpuMs: cpu.means(), throughput, burst, soak, fallbacks };
+    const restart = await restartRun(w, plan);
+    return { ...lat, agentCpuMs: cpu.means(), throughput, burst, soak, fallbacks, restart };
   } finally {
     await w.g.stopAgent();
   }

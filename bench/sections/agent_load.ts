@@ -1,8 +1,11 @@
 /**
  * The agent under load: throughput at K in flight beside the floor run the
  * same way, a burst of ADDs started at once (a node booting), and ADD/DEL
- * pairs sent in-process over the socket while the agent's RSS is sampled.
+ * pairs sent in-process over the socket while the agent's RSS is sampled, and
+ * ADDs in flight across an agent SIGKILL and restart.
  */
+import { holderOf, KEYS } from "../../lib/claims.ts";
+import type { IPClaim } from "../../lib/milo_objects.ts";
 import { callSocket } from "../agent_socket.ts";
 import { type AgentResults, type LoadPoint, summarize } from "../model.ts";
 import type { Plan } from "../plan.ts";
@@ -127,4 +130,66 @@ export async function soakRun(w: World, plan: Plan, pid: number): Promise<AgentR
     rssCheckpointKiB,
     rssEndKiB: await rssKiB(pid),
   };
+}
+
+/**
+ * N ADDs at K in flight through the installed plugin while the agent is
+ * SIGKILLed (after a quarter of them) and restarted; the failed ones are DELed
+ * as a runtime would. Then Milo's claims of these attachments against the
+ * results: every address a result holds has exactly one claim, no claim is
+ * left without a result, no address is leased twice. Then all are DELed.
+ */
+export async function restartRun(
+  w: World,
+  plan: Plan,
+): Promise<NonNullable<AgentResults["restart"]>> {
+  const n = plan.restartN, k = plan.throughputInFlight, at = Math.floor(plan.restartN / 4);
+  say(`agent restart: ${n} ADDs at ${k} in flight, the agent SIGKILLed after ${at}, restarted`);
+  const conf = w.g.netConf();
+  const id = (i: number) => `restart-${i}`;
+  let done = 0;
+  let restarting: Promise<number> | undefined;
+  const restart = async () => {
+    const t0 = performance.now();
+    await w.g.stopAgent("SIGKILL");
+    await new Promise((r) => setTimeout(r, 200));
+    await w.g.startAgent();
+    return performance.now() - t0;
+  };
+  const results = await pool(n, k, async (i) => {
+    const r = await w.g.run({ command: "ADD", containerId: id(i), stdin: conf });
+    if (++done === at) restarting = restart();
+    return r;
+  });
+  const downMs = await restarting;
+  const failed = results.flatMap((r, i) => ok(r) ? [] : [i]);
+  for (const i of failed) await w.g.run({ command: "DEL", containerId: id(i), stdin: conf });
+  const leased = new Map<string, string>();
+  results.forEach((r, i) => {
+    if (!ok(r)) return;
+    for (const ip of (JSON.parse(r.stdout).ips ?? []) as { address: string }[]) {
+      leased.set(canonical(ip.address), id(i));
+    }
+  });
+  const claims = (await w.tls.listClaims(undefined, `${KEYS.cluster}=${w.g.node.cluster}`))
+    .filter((c: IPClaim) => holderOf(c).containerId?.startsWith("restart-"));
+  const holders = new Map<string, string[]>();
+  for (const c of claims as IPClaim[]) {
+    const a = canonical(c.status.allocatedCIDR ?? "");
+    holders.set(a, [...holders.get(a) ?? [], holderOf(c).containerId ?? "?"]);
+  }
+  const ledger = {
+    duplicates: [...holders.values()].filter((h) => h.length > 1).length,
+    leaked: [...holders.entries()].filter(([a, h]) => leased.get(a) !== h[0]).length,
+    missing: [...leased.keys()].filter((a) => !holders.has(a)).length,
+  };
+  await pool(n, 8, (i) => w.g.run({ command: "DEL", containerId: id(i), stdin: conf }));
+  return { n, inFlight: k, killedAfter: at, downMs: downMs ?? NaN, failed: failed.length, ledger };
+}
+
+/** An address/prefix in one spelling (IPv6 as the URL parser writes it). */
+function canonical(cidr: string): string {
+  const [addr, len] = cidr.split("/");
+  const a = addr.includes(":") ? new URL(`http://[${addr}]/`).hostname : addr;
+  return `${a}/${len}`;
 }
