@@ -35,7 +35,7 @@ async function release(inv: Invocation, lock: AttachmentLock) {
   );
   if (!r.failures.length) {
     await inv.journal.drop(inv.attachment).catch(() => false);
-    await lock.remove();
+    lock.remove();
     return { claims };
   }
   const e = combineErrors(r.failures);
