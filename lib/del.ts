@@ -2,25 +2,25 @@ import { claimName, isHeldBy } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { JournalClaim } from "./journal.ts";
-import { type AttachmentLock, lockAttachment } from "./lockfile.ts";
+import { lockAttachment } from "./lockfile.ts";
 
 /**
  * DEL: release each family's claim in Milo. A claim already gone counts as
  * released. Any other failure fails the DEL so the runtime retries it, and
  * records the claims in the release journal, so that `milo-ipam reconcile`
  * finishes the release if the runtime gives up. Holds the attachment's lock
- * (see lib/lockfile.ts) and removes it once the attachment is released.
+ * (see lib/lockfile.ts) throughout.
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
-    return await release(inv, lock);
+    return await release(inv);
   } finally {
     lock.close();
   }
 };
 
-async function release(inv: Invocation, lock: AttachmentLock) {
+async function release(inv: Invocation) {
   const named = await Promise.all(
     familiesOf(inv.conf.network).map(async (f) => ({
       f,
@@ -35,7 +35,6 @@ async function release(inv: Invocation, lock: AttachmentLock) {
   );
   if (!r.failures.length) {
     await inv.journal.drop(inv.attachment).catch(() => false);
-    lock.remove();
     return { claims };
   }
   const e = combineErrors(r.failures);

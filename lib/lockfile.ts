@@ -42,41 +42,37 @@ export async function lockFile(path: string, create = false): Promise<Deno.FsFil
   throw new Error(`${path} kept being replaced while waiting for its lock`);
 }
 
+/** Lock files the attachments are spread over (`locks/000` … `locks/fff`). */
+const STRIPES_HEX = 3;
+
 /** The lock of one attachment, held for one ADD or DEL. */
 export interface AttachmentLock {
-  /** Removes the lock file (when the attachment is gone), still holding it until {@link close}. */
-  remove(): void;
   close(): void;
 }
 
 /**
- * Locks the attachment `a` under `<stateDir>/locks/`: an ADD or DEL of the
- * same attachment in another process (a runtime's retry, the agent finishing a
- * call its client gave up on) waits for this one, so a rollback never deletes
- * the claim a concurrent call of the same attachment returned.
+ * Locks the attachment `a`: an ADD or DEL of the same attachment in another
+ * process (a runtime's retry, the agent finishing a call its client gave up
+ * on) waits for this one, so a rollback never deletes the claim a concurrent
+ * call of the same attachment returned. Attachments share 4096 lock files
+ * under `<stateDir>/locks/` by their names' hash: the files are made once and
+ * never removed (a new pod costs no file creation, and no waiter can hold an
+ * unlinked file), and two attachments rarely wait for each other.
  */
 export async function lockAttachment(
   stateDir: string,
   a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
 ): Promise<AttachmentLock> {
   const dir = `${stateDir}/locks`;
-  const path = `${dir}/${(await claimName(a, "ipv4")).replace(/-v4$/, "")}`;
+  const hash = (await claimName(a, "ipv4")).replace(/^pod-/, "");
+  const path = `${dir}/${hash.slice(0, STRIPES_HEX)}`;
   try {
     const file = (await lockFile(path, true).catch(async (err) => {
       if (!(err instanceof Deno.errors.NotFound)) throw err;
       await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
       return await lockFile(path, true);
     }))!;
-    return {
-      remove: () => {
-        try {
-          Deno.removeSync(path);
-        } catch {
-          // Gone already; the next lock creates it again.
-        }
-      },
-      close: () => file.close(),
-    };
+    return { close: () => file.close() };
   } catch (err) {
     throw new CniError("io", `cannot lock attachment ${path}`, errorText(err));
   }
