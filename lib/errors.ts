@@ -46,6 +46,8 @@ export class CniError extends Error {
 }
 
 /** Longest `msg` of a CNI error. */
+/** How much of one text from a server (a body, a Status message) an error quotes. */
+export const QUOTE_CHARS = 300;
 const MAX_MSG_CHARS = 500;
 /** Longest `details` of a CNI error (pod events quote it). */
 const MAX_DETAILS_CHARS = 2000;

@@ -5,7 +5,7 @@
  * `Retry-After`, and the classification of fetch failures.
  */
 import type { NodeConfig } from "./config.ts";
-import { CniError, errorText } from "./errors.ts";
+import { clip, CniError, errorText, QUOTE_CHARS } from "./errors.ts";
 import { PROXY_ENV_VARS } from "./permissions.ts";
 
 /** A token: one line of visible ASCII without inner whitespace. */
@@ -105,10 +105,37 @@ export async function httpClientFor(node: NodeConfig): Promise<Deno.HttpClient |
 }
 
 /**
- * A response body as text, read up to `max` bytes; more is refused with the
- * error `tooBig` makes (the rest is never read).
+ * The body of `server`'s answer to `what` (method and path) as text: a
+ * redirect is refused, never followed (protocol error naming its Location),
+ * and so is a body over `max` bytes (the rest is never read).
  */
-export async function readCapped(
+export async function readAnswer(
+  res: Response,
+  max: number,
+  what: string,
+  server: string,
+): Promise<string> {
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel();
+    throw new CniError(
+      "protocol",
+      `${what}: ${server} answered a redirect (${res.status}); redirects are not followed`,
+      `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
+    );
+  }
+  return await readCapped(
+    res,
+    max,
+    () =>
+      new CniError(
+        "protocol",
+        `${what}: ${server}'s answer exceeds ${max} bytes`,
+        `HTTP ${res.status}`,
+      ),
+  );
+}
+
+async function readCapped(
   res: Response,
   max: number,
   tooBig: () => CniError,

@@ -7,17 +7,17 @@
  */
 import * as z from "zod/mini";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
-import { clip, CniError, errorText, isTransientStatus } from "./errors.ts";
+import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import { isLoopbackHost } from "./ip.ts";
 import {
   createHttpClient,
   isNotCapable,
   isTimeout,
   isTlsFailure,
-  readCapped,
+  readAnswer,
   retryAfterMs,
 } from "./http.ts";
-import { QUOTE_CHARS, quotedText } from "./milo_objects.ts";
+import { quotedText } from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
@@ -207,7 +207,7 @@ export class KubeClient {
           signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
-        const text = await readBody(res, o.maxBodyBytes, what);
+        const text = await readAnswer(res, o.maxBodyBytes, what, "the Kubernetes API");
         const body = parseJson(text);
         if (res.status === 200) return body;
         const st = StatusSchema.safeParse(body).data;
@@ -284,21 +284,6 @@ function fatalFetchError(err: unknown, server: string): CniError | undefined {
 }
 
 /** The body as text, refusing more than `max` bytes; a redirect is refused unread. */
-async function readBody(res: Response, max: number, what: string): Promise<string> {
-  if (res.status >= 300 && res.status < 400) {
-    await res.body?.cancel();
-    throw new CniError(
-      "protocol",
-      `${what}: the Kubernetes API answered a redirect (${res.status})`,
-    );
-  }
-  return await readCapped(
-    res,
-    max,
-    () => new CniError("protocol", `${what}: the answer exceeds ${max} bytes`),
-  );
-}
-
 function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);

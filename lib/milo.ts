@@ -4,13 +4,13 @@
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
-import { clip, CniError, errorText, isTransientStatus } from "./errors.ts";
+import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import {
   httpClientFor,
   isNotCapable,
   isTimeout,
   isTlsFailure,
-  readCapped,
+  readAnswer,
   readToken,
   retryAfterMs,
 } from "./http.ts";
@@ -21,7 +21,6 @@ import {
   IPClassListSchema,
   parse,
   parseJson,
-  QUOTE_CHARS,
   statusError,
   statusOf,
 } from "./milo_objects.ts";
@@ -254,7 +253,7 @@ export class MiloClient {
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
-        const text = await this.#text(res, what);
+        const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
@@ -283,28 +282,6 @@ export class MiloClient {
       "transient",
       `Milo unreachable or overloaded: ${what}`,
       `${last}; gave up within the deadline after ${attempts} attempt(s)`,
-    );
-  }
-
-  /** The body of an answer, refusing redirects and bodies over {@link MAX_BODY_BYTES}. */
-  async #text(res: Response, what: string): Promise<string> {
-    if (res.status >= 300 && res.status < 400) {
-      await res.body?.cancel();
-      throw new CniError(
-        "protocol",
-        `${what}: Milo answered a redirect (${res.status}); redirects are not followed`,
-        `Location: ${clip(res.headers.get("location") ?? "(none)", QUOTE_CHARS)}`,
-      );
-    }
-    return await readCapped(
-      res,
-      MAX_BODY_BYTES,
-      () =>
-        new CniError(
-          "protocol",
-          `${what}: Milo's answer exceeds ${MAX_BODY_BYTES} bytes`,
-          `HTTP ${res.status}`,
-        ),
     );
   }
 

@@ -5,10 +5,7 @@
  * protocol error for a malformed one, a CniError for a Status.
  */
 import * as z from "zod/mini";
-import { clip, CniError, type Outcome, outcomeOfHttpStatus } from "./errors.ts";
-
-/** How much of an unexpected body, or of one text in it, an error quotes. */
-export const QUOTE_CHARS = 300;
+import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 
 /**
  * A text of an answer that errors may quote (a Status message or reason, a

@@ -4,10 +4,9 @@
  * credentials come from (service account, kubeconfig), and the command line.
  */
 import assert from "node:assert/strict";
-import { CniError } from "../lib/errors.ts";
+import { CniError, QUOTE_CHARS } from "../lib/errors.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
-import { QUOTE_CHARS } from "../lib/milo_objects.ts";
 import { formatDuration } from "../lib/sweep_report.ts";
 import { parseDuration, parseMaxRelease, parseSweepArgs, sweepCli } from "../lib/sweep_cli.ts";
 import { KubeDevApi, kubeFixture } from "../testing/kube_dev.ts";

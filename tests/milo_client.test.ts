@@ -1,12 +1,11 @@
 import assert from "node:assert/strict";
 import { leaseOf } from "../lib/claims.ts";
 import { encodeError } from "../lib/cni.ts";
-import { clip, CniError } from "../lib/errors.ts";
+import { clip, CniError, QUOTE_CHARS } from "../lib/errors.ts";
 import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
 import { type ClientOptions, MiloClient } from "../lib/milo.ts";
-import { QUOTE_CHARS } from "../lib/milo_objects.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
 const fixture = (name: string): unknown =>
