@@ -86,8 +86,14 @@ export async function claimName(
   a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
   family: Family,
 ): Promise<string> {
-  const hash = await sha256Hex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`);
-  return `pod-${hash.slice(0, 20)}-${family === "ipv4" ? "v4" : "v6"}`;
+  return `pod-${await attachmentHash(a)}-${family === "ipv4" ? "v4" : "v6"}`;
+}
+
+/** The hash that names an attachment's claims, journal entry and lock (20 hex digits). */
+export async function attachmentHash(
+  a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
+): Promise<string> {
+  return (await sha256Hex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`)).slice(0, 20);
 }
 
 const LABEL_VALUE = /^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$/;

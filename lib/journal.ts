@@ -9,7 +9,7 @@
  * released; a failed ADD leaves the entry owed. ADD, DEL, recording and
  * reconcile take the entry file's exclusive lock, so none races another.
  */
-import { type Attachment, claimName } from "./claims.ts";
+import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
 import { lockFile } from "./lockfile.ts";
 
@@ -56,10 +56,9 @@ export class Journal {
     this.#max = max;
   }
 
-  /** The entry file of an attachment (named by its first claim name, a hash). */
+  /** The entry file of an attachment (`pod-` and the hash its claims are named by). */
   async pathOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): Promise<string> {
-    const name = await claimName(a, "ipv4");
-    return `${this.dir}/${name.replace(/-v4$/, "")}.json`;
+    return `${this.dir}/pod-${await attachmentHash(a)}.json`;
   }
 
   /**

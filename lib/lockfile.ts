@@ -3,7 +3,7 @@
  * and reconcile): the per-attachment lock that orders ADD and DEL of one
  * attachment across processes, and the lock of a release journal entry.
  */
-import { type Attachment, claimName } from "./claims.ts";
+import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
 
 /**
@@ -64,8 +64,7 @@ export async function lockAttachment(
   a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
 ): Promise<AttachmentLock> {
   const dir = `${stateDir}/locks`;
-  const hash = (await claimName(a, "ipv4")).replace(/^pod-/, "");
-  const path = `${dir}/${hash.slice(0, STRIPES_HEX)}`;
+  const path = `${dir}/${(await attachmentHash(a)).slice(0, STRIPES_HEX)}`;
   try {
     const file = (await lockFile(path, true).catch(async (err) => {
       if (!(err instanceof Deno.errors.NotFound)) throw err;
