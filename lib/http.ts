@@ -135,6 +135,15 @@ export async function readAnswer(
   );
 }
 
+/** A body as JSON, or undefined when it is not JSON. */
+export function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
 async function readCapped(
   res: Response,
   max: number,

@@ -14,6 +14,7 @@ import {
   isNotCapable,
   isTimeout,
   isTlsFailure,
+  parseJson,
   readAnswer,
   retryAfterMs,
 } from "./http.ts";
@@ -284,14 +285,6 @@ function fatalFetchError(err: unknown, server: string): CniError | undefined {
 }
 
 /** The body as text, refusing more than `max` bytes; a redirect is refused unread. */
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
 function parseAs<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string): z.infer<T> {
   const r = schema.safeParse(body);
   if (r.success) return r.data;

@@ -10,6 +10,7 @@ import {
   isNotCapable,
   isTimeout,
   isTlsFailure,
+  parseJson,
   readAnswer,
   readToken,
   retryAfterMs,
@@ -20,7 +21,6 @@ import {
   IPClaimSchema,
   IPClassListSchema,
   parse,
-  parseJson,
   statusError,
   statusOf,
 } from "./milo_objects.ts";

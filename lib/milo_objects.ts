@@ -75,15 +75,6 @@ export function statusOf(json: unknown): MiloStatus | undefined {
   return r.success ? r.data : undefined;
 }
 
-/** The body as JSON, or undefined when it is not JSON. */
-export function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-}
-
 /** The body as `schema`, or a protocol error naming the first bad field. */
 export function parse<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string): z.infer<T> {
   const r = schema.safeParse(body);
