@@ -14,6 +14,7 @@ import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { MiloClient } from "./milo.ts";
+import { dirOf } from "./paths.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
@@ -80,7 +81,7 @@ export class Agent {
   /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
   async start(): Promise<void> {
     const path = this.socket;
-    const dir = path.slice(0, path.lastIndexOf("/")) || "/";
+    const dir = dirOf(path);
     await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
     await removeStaleSocket(path);
     this.#listener = Deno.listen({ transport: "unix", path });

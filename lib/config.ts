@@ -13,6 +13,7 @@ import { CniError } from "./errors.ts";
 import {
   DEFAULT_AGENT_SOCKET,
   DEFAULT_NODE_CONFIG,
+  dirOf,
   LEGACY_NODE_CONFIG,
   nodeConfigPath,
   type NodeConfigSource,
@@ -244,7 +245,7 @@ export async function readNodeConfig(
   if (text === undefined && legacy) {
     text = await readText(legacy, source);
     at = legacy;
-    warning = `node config read from ${legacy}, in ${dirname(legacy)}, the directory runtimes ` +
+    warning = `node config read from ${legacy}, in ${dirOf(legacy)}, the directory runtimes ` +
       `scan for networks; move it to ${path}`;
   }
   if (text === undefined) {
@@ -266,11 +267,6 @@ export async function readNodeConfig(
   }
   const cfg = parseNodeConfig(values, at, env);
   return warning ? { ...cfg, warning } : cfg;
-}
-
-/** The directory part of an absolute path. */
-function dirname(path: string): string {
-  return path.slice(0, Math.max(path.lastIndexOf("/"), 1));
 }
 
 /** The file's text, or undefined when a file not named by the environment is absent. */

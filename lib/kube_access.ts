@@ -8,6 +8,7 @@ import { load as parseYaml } from "js-yaml";
 import { CniError, errorText } from "./errors.ts";
 import { readConfigFile, tokenOf } from "./http.ts";
 import type { KubeAccess } from "./kube.ts";
+import { dirOf } from "./paths.ts";
 
 /** Where a pod's service account token and the cluster CA are mounted. */
 export const SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -138,11 +139,6 @@ export async function kubeconfigGrants(path: string): Promise<{ net: string; rea
   const u = new URL(refs.server);
   const files = [refs.ca, refs.cert, refs.key, refs.token].flatMap((r) => r.file ? [r.file] : []);
   return { net: `${u.hostname}:${u.port || (u.protocol === "https:" ? 443 : 80)}`, read: files };
-}
-
-function dirOf(path: string): string {
-  const at = path.lastIndexOf("/");
-  return at < 0 ? "." : at === 0 ? "/" : path.slice(0, at);
 }
 
 function decodeBase64(data: string, what: string): string {

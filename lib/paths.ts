@@ -11,6 +11,12 @@ export const LEGACY_NODE_CONFIG = "/etc/cni/net.d/milo-ipam.conf";
 /** Default unix socket of the node agent. */
 export const DEFAULT_AGENT_SOCKET = "/run/milo-ipam/agent.sock";
 
+/** The directory part of a path (`.` for a bare name, `/` at the root). */
+export function dirOf(path: string): string {
+  const at = path.lastIndexOf("/");
+  return at < 0 ? "." : at === 0 ? "/" : path.slice(0, at);
+}
+
 /** The global through which an install bakes its settings into the bundle. */
 export const INSTALL_GLOBAL = "__miloIpamInstall";
 
