@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
 import { KEYS, labelValue } from "../lib/claims.ts";
+import { formatCidr, parseCidr } from "../lib/ip.ts";
 import {
   CLAIMS_PATH,
   CONTAINER_ID,
@@ -401,10 +402,7 @@ Deno.test("two ADDs of one attachment: the second waits for the first's rollback
     const done = await add(inv()).finally(() => second.resolve());
     const e = await first;
     assert.match(e.details, /rollback: IPv4 claim .* released/);
-    const canon = (cidr: string) => {
-      const [a, len] = cidr.split("/");
-      return `${a.includes(":") ? new URL(`http://[${a}]/`).hostname : a}/${len}`;
-    };
+    const canon = (cidr: string) => formatCidr(parseCidr(cidr)!);
     const returned = (done.output as { ips: { address: string }[] }).ips.map((i) => i.address);
     assert.deepEqual(
       stub.all().map((c) => canon(c.status.allocatedCIDR ?? "")).sort(),

@@ -5,6 +5,7 @@
  * ADDs in flight across an agent SIGKILL and restart.
  */
 import { holderOf, KEYS } from "../../lib/claims.ts";
+import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import type { IPClaim } from "../../lib/milo_objects.ts";
 import { callSocket } from "../agent_socket.ts";
 import { type AgentResults, type LoadPoint, summarize } from "../model.ts";
@@ -187,9 +188,8 @@ export async function restartRun(
   return { n, inFlight: k, killedAfter: at, downMs: downMs ?? NaN, failed: failed.length, ledger };
 }
 
-/** An address/prefix in one spelling (IPv6 as the URL parser writes it). */
+/** An address/prefix in its one canonical spelling (lib/ip.ts). */
 function canonical(cidr: string): string {
-  const [addr, len] = cidr.split("/");
-  const a = addr.includes(":") ? new URL(`http://[${addr}]/`).hostname : addr;
-  return `${a}/${len}`;
+  const c = parseCidr(cidr);
+  return c ? formatCidr(c) : cidr;
 }
