@@ -37,3 +37,11 @@ export type ResultIp = { address: string; gateway?: string; version?: string };
 export function ipsOf(r: RunResult): ResultIp[] {
   return (r.json?.ips ?? []) as ResultIp[];
 }
+
+/** A loopback TCP port that was free a moment ago (for a server a test starts itself). */
+export function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = l.addr.port;
+  l.close();
+  return port;
+}

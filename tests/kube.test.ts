@@ -10,6 +10,7 @@ import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_
 import { formatDuration } from "../lib/sweep_report.ts";
 import { parseDuration, parseMaxRelease, parseSweepArgs, sweepCli } from "../lib/sweep_cli.ts";
 import { KubeDevApi, kubeFixture } from "../testing/kube_dev.ts";
+import { freePort } from "../testing/process.ts";
 import { makeTestCA } from "../testing/testca.ts";
 
 const noSleep = () => Promise.resolve();
@@ -347,9 +348,7 @@ Deno.test("sweepCli: a failure before any observation is one JSON report, exit 1
 
 Deno.test("kubeconfig client certificate: sent in the TLS handshake of a server that requires one", async () => {
   const dir = await Deno.makeTempDir();
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = (l.addr as Deno.NetAddr).port;
-  l.close();
+  const port = freePort();
   let server: Deno.ChildProcess | undefined;
   try {
     const tls = await makeTestCA(`${dir}/tls`);

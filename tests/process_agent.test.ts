@@ -8,14 +8,7 @@ import { KEYS } from "../lib/claims.ts";
 import { MAX_STDIN_BYTES } from "../lib/stdin.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { assertOk, ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
-
-function freePort(): number {
-  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = l.addr.port;
-  l.close();
-  return port;
-}
+import { assertOk, freePort, ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
 /**
  * A stuck agent on `path`: it accepts connections, never reads them and never
