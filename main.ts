@@ -45,7 +45,7 @@ async function cni(): Promise<number> {
     Deno.permissions.revokeSync({ name: "read", path });
     Deno.permissions.revokeSync({ name: "write", path });
   }
-  const stdin = await readStdinBytes();
+  const stdin = readStdinBytes();
   if (Deno.env.get("CNI_COMMAND") === "VERSION") {
     const [{ version }, { decodeStdin }] = await Promise.all([
       import("./lib/version.ts"),

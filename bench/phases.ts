@@ -112,9 +112,7 @@ type Mods = Awaited<ReturnType<typeof load>>["mods"];
 
 /** The steps before the handler: stdin, node config, network config, identity, token, client. */
 async function prepare(m: Mods) {
-  const [stdin, stdinRead] = await timed(async () =>
-    m.stdin.decodeStdin(await m.stdin.readStdinBytes())
-  );
+  const [stdin, stdinRead] = await timed(() => m.stdin.decodeStdin(m.stdin.readStdinBytes()));
   const env = (k: string) => Deno.env.get(k);
   const [node, nodeConfigRead] = await timed(() => m.config.readNodeConfig(env));
   const [conf, configParse] = await timed(() => m.netconf.parseNetConf(stdin, node, "ADD"));

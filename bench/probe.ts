@@ -20,7 +20,7 @@ async function step(): Promise<void> {
     }
     case "stdin-read": {
       const buf = new Uint8Array(65_536);
-      for (let i = 0; i < 1_000; i++) if ((await Deno.stdin.read(buf)) === null) break;
+      for (let i = 0; i < 1_000; i++) if (Deno.stdin.readSync(buf) === null) break;
       return;
     }
     case "fetch-http": {

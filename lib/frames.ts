@@ -20,27 +20,35 @@ export type AgentFrame =
   | { kind: "ack"; deadline: number; cniVersion: string }
   | { kind: "reply"; exitCode: number; stdout: string };
 
-/** Writes one frame. */
-export async function writeFrame(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  const out = new Uint8Array(4 + bytes.byteLength);
-  new DataView(out.buffer).setUint32(0, bytes.byteLength);
-  out.set(bytes, 4);
-  for (let at = 0; at < out.byteLength;) at += await conn.write(out.subarray(at));
+/** Frames `parts` into one buffer, each behind its 4-byte length. */
+function framed(...parts: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(parts.reduce((n, p) => n + 4 + p.byteLength, 0));
+  const view = new DataView(out.buffer);
+  let at = 0;
+  for (const p of parts) {
+    view.setUint32(at, p.byteLength);
+    out.set(p, at + 4);
+    at += 4 + p.byteLength;
+  }
+  return out;
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  for (let at = 0; at < bytes.byteLength;) at += await conn.write(bytes.subarray(at));
 }
 
 /** Writes a JSON frame. */
 export function writeJson(conn: Deno.Conn, value: unknown): Promise<void> {
-  return writeFrame(conn, new TextEncoder().encode(JSON.stringify(value)));
+  return writeAll(conn, framed(new TextEncoder().encode(JSON.stringify(value))));
 }
 
-/** Sends one request: the header frame, then the stdin frame. */
-export async function writeRequest(
+/** Sends one request, the header frame and the stdin frame, in one write. */
+export function writeRequest(
   conn: Deno.Conn,
   header: RequestHeader,
   stdin: Uint8Array,
 ): Promise<void> {
-  await writeJson(conn, header);
-  await writeFrame(conn, stdin);
+  return writeAll(conn, framed(new TextEncoder().encode(JSON.stringify(header)), stdin));
 }
 
 /** Reads frames from a connection; `next()` answers null at end of stream. */

@@ -8,7 +8,6 @@ import { CniError } from "./errors.ts";
 import { invoke, type Reply } from "./invoke.ts";
 import { append, Logger } from "./log.ts";
 import { MiloClient } from "./milo.ts";
-import { readStdinBytes } from "./stdin.ts";
 import { type Timer, timer } from "./timers.ts";
 
 /** Extra time the watchdog allows past `timeouts.totalMs` (counted from process start). */
@@ -94,18 +93,17 @@ async function countFallback(stateDir: string): Promise<void> {
 }
 
 /**
- * Runs one CNI invocation in this process and returns the exit code; `input`
- * is stdin when the caller read it already (the agent path falling back).
+ * Runs one CNI invocation in this process and returns the exit code; `stdin`
+ * is what the caller read (`main.ts`, before it asked the agent).
  */
 export async function runPlugin(
   started: number,
-  input?: Uint8Array,
+  stdin: Uint8Array,
   fallback?: Fallback,
 ): Promise<number> {
   const out = new Stdout();
   const watchdog = new Watchdog(out, started + UNCONFIGURED_TOTAL_MS);
   const env = (name: string) => Deno.env.get(name);
-  const stdin = input ?? await readStdinBytes();
   const reply = await invoke({ env, stdin, started }, {
     nodeConfig: () => readNodeConfig(env),
     openMilo: MiloClient.open,

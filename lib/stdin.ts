@@ -5,15 +5,19 @@ export const MAX_STDIN_BYTES = 1024 * 1024;
 
 const CHUNK = 64 * 1024;
 
-/** Reads all of stdin, refusing more than {@link MAX_STDIN_BYTES}. */
-export async function readStdinBytes(): Promise<Uint8Array> {
+/**
+ * Reads all of stdin, keeping at most one byte over {@link MAX_STDIN_BYTES}
+ * (which the decoder refuses). Synchronous: nothing else runs before the
+ * config is in, and a blocking read spares the event loop a thread hand-off
+ * per chunk.
+ */
+export function readStdinBytes(): Uint8Array {
   const buf = new Uint8Array(MAX_STDIN_BYTES + 1);
   let total = 0;
-  for (;;) {
-    const n = await Deno.stdin.read(buf.subarray(total, Math.min(total + CHUNK, buf.length)));
+  while (total < buf.length) {
+    const n = Deno.stdin.readSync(buf.subarray(total, Math.min(total + CHUNK, buf.length)));
     if (n === null) break;
     total += n;
-    if (total > MAX_STDIN_BYTES) break;
   }
   return buf.subarray(0, total);
 }

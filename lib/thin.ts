@@ -2,14 +2,14 @@
  * The exec'd plugin as a thin client of the node agent: it sends the
  * invocation (CNI environment, stdin, its start time) over the agent's unix
  * socket and prints the agent's reply. It imports no handler, no Milo client
- * and no schema; when the agent is absent, refuses or is stuck for
- * `requestMs` (connecting, taking the request or acknowledging it, counted
- * from the process's start), the caller does the work itself.
+ * and no schema; when the agent is absent, refuses, or is stuck for
+ * `requestMs` (taking the request or acknowledging it, counted from the
+ * process's start), the caller does the work itself.
  */
 import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
 import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
-import { within } from "./timers.ts";
+import { timer, within } from "./timers.ts";
 
 /** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
 const GRACE_MS = 500;
@@ -34,12 +34,17 @@ interface Hints {
   https: boolean;
 }
 
-async function hints(env: (name: string) => string | undefined): Promise<Hints | undefined> {
+function hints(env: (name: string) => string | undefined): Hints | undefined {
   const { path, legacy } = nodeConfigPath(env);
   let text: string | undefined;
+  // Synchronous reads: a local file of a few hundred bytes, read before anything else can run.
   for (const p of legacy ? [path, legacy] : [path]) {
-    text = await Deno.readTextFile(p).catch(() => undefined);
-    if (text !== undefined) break;
+    try {
+      text = Deno.readTextFileSync(p);
+      break;
+    } catch {
+      // Try the next one.
+    }
   }
   if (text === undefined) return undefined;
   try {
@@ -78,7 +83,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     const v = Deno.env.get(k);
     if (v !== undefined) env[k] = v;
   }
-  const h = await hints((k) => env[k]);
+  const h = hints((k) => env[k]);
   if (!h) return { kind: "fallback", reason: "no readable node config", counted: false };
   const fallback = (reason: string): AgentOutcome => ({
     kind: "fallback",
@@ -86,52 +91,16 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     counted: h.expected,
     https: h.https,
   });
-  // One budget for the whole exchange up to the first frame: an agent that
-  // never accepts, never reads the request or never answers costs requestMs.
-  const until = started + h.requestMs;
-  const stuck = Symbol("stuck");
-  const slow = () => fallback(`agent did not answer within ${h.requestMs} ms`);
   let conn: Deno.UnixConn;
   try {
-    const connecting = Deno.connect({ transport: "unix", path: h.socket });
-    const c = await within<Deno.UnixConn | typeof stuck>(
-      connecting,
-      until - Date.now(),
-      () => stuck,
-    );
-    if (c === stuck) {
-      connecting.then((late) => late.close(), () => {});
-      return slow();
-    }
-    conn = c;
+    // A unix socket connects or fails at once (absent, refused, or EAGAIN on a full
+    // backlog): the kernel completes it without the agent, which cannot make it wait.
+    conn = await Deno.connect({ transport: "unix", path: h.socket });
   } catch (err) {
     return fallback(`agent socket ${h.socket}: ${err instanceof Error ? err.name : err}`);
   }
   try {
-    const header: RequestHeader = { v: 1, env, started };
-    const reader = new FrameReader(conn);
-    // On the deadline the connection is closed below, which cancels a write or
-    // read still pending (its rejection is the race's, and ignored).
-    const first = await within<AgentFrame | null | typeof stuck>(
-      writeRequest(conn, header, stdin).then(() => reader.json<AgentFrame>()),
-      until - Date.now(),
-      () => stuck,
-    );
-    if (first === stuck) return slow();
-    if (first === null) return fallback("agent closed the connection");
-    if (first.kind === "reply") return done(first);
-    const { deadline, cniVersion } = first;
-    const late = Symbol("late");
-    const final = await within<AgentFrame | null | typeof late>(
-      reader.json<AgentFrame>(),
-      deadline + GRACE_MS - Date.now(),
-      () => late,
-    );
-    if (final === late || (final === null && Date.now() >= deadline)) {
-      return { kind: "done", exitCode: 1, stdout: lateError(cniVersion, deadline, started) };
-    }
-    if (final === null || final.kind !== "reply") return fallback("agent closed the connection");
-    return done(final);
+    return await exchange(conn, { v: 1, env, started }, stdin, h, fallback);
   } catch (err) {
     return fallback(`agent connection failed: ${err instanceof Error ? err.message : err}`);
   } finally {
@@ -141,4 +110,44 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
       // Closed already.
     }
   }
+}
+
+async function exchange(
+  conn: Deno.UnixConn,
+  header: RequestHeader,
+  stdin: Uint8Array,
+  h: Hints,
+  fallback: (reason: string) => AgentOutcome,
+): Promise<AgentOutcome> {
+  const reader = new FrameReader(conn);
+  // A write or read still pending when the budget ends is cancelled by the
+  // caller closing the connection (its rejection is the race's, and ignored).
+  const answer = writeRequest(conn, header, stdin).then(() => reader.json<AgentFrame>());
+  // One budget, on one timer, for sending the request and the first frame,
+  // counted from the process's start: an agent that never reads or never
+  // answers costs requestMs. The timer is made once the request is on its
+  // way: the first one in a process costs about 0.4 ms, spent while the agent works.
+  const budget = timer(header.started + h.requestMs - Date.now());
+  const stuck = Symbol("stuck");
+  let first: AgentFrame | null | typeof stuck;
+  try {
+    first = await Promise.race([answer, budget.done.then((): typeof stuck => stuck)]);
+  } finally {
+    budget.cancel();
+  }
+  if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
+  if (first === null) return fallback("agent closed the connection");
+  if (first.kind === "reply") return done(first);
+  const { deadline, cniVersion } = first;
+  const late = Symbol("late");
+  const final = await within<AgentFrame | null | typeof late>(
+    reader.json<AgentFrame>(),
+    deadline + GRACE_MS - Date.now(),
+    () => late,
+  );
+  if (final === late || (final === null && Date.now() >= deadline)) {
+    return { kind: "done", exitCode: 1, stdout: lateError(cniVersion, deadline, header.started) };
+  }
+  if (final === null || final.kind !== "reply") return fallback("agent closed the connection");
+  return done(final);
 }

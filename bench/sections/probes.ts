@@ -9,7 +9,7 @@ const ROOT = new URL("../../", import.meta.url).pathname;
 
 const PROBES: [string, string][] = [
   ["stdin-stream", "read stdin through `Deno.stdin.readable`"],
-  ["stdin-read", "read stdin with `Deno.stdin.read()` into a buffer (what lib/stdin.ts does)"],
+  ["stdin-read", "read stdin with `Deno.stdin.readSync()` into a buffer (what lib/stdin.ts does)"],
   ["fetch-http", "first fetch, two in parallel, plain HTTP"],
   ["fetch-tls-one", "first fetch, one, TLS with caFile client"],
   ["fetch-tls-pair", "first fetch, two in parallel, TLS with caFile client"],
