@@ -36,10 +36,7 @@ export const add: Handler = async (inv) => {
 
 async function leaseAll(inv: Invocation, entry: JournalHold | null) {
   const families = familiesOf(inv.conf.network);
-  const [settled, claims] = await Promise.all([
-    Promise.allSettled(families.map((f) => leaseFamily(inv, f, entry))),
-    claimNamesOf(inv),
-  ]);
+  const settled = await Promise.allSettled(families.map((f) => leaseFamily(inv, f, entry)));
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
   const held = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
   if (failures.length) {
@@ -50,7 +47,7 @@ async function leaseAll(inv: Invocation, entry: JournalHold | null) {
   }
   return {
     output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
-    claims,
+    claims: claimNamesOf(inv),
   };
 }
 
@@ -60,7 +57,7 @@ async function leaseFamily(
   entry: JournalHold | null,
 ): Promise<Held> {
   const net = inv.conf.network;
-  const body = await claimBody(inv.node.milo.namespace, net, inv.attachment, family);
+  const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family);
   const name = (body.metadata as { name: string }).name;
   const created = await inv.milo.createClaim(body);
   const claim = created ?? await ownExisting(inv, name, net.classes[family]!);

@@ -13,7 +13,7 @@ export const check: Handler = async (inv) => {
 };
 
 async function checkFamily(inv: Invocation, family: Family): Promise<string> {
-  const name = await claimName(inv.attachment, family);
+  const name = claimName(inv.attachment, family);
   const fam = miloFamily(family);
   const claim = await inv.milo.getClaim(name);
   if (!claim) throw new CniError("check", `no ${fam} lease in Milo: claim ${name} is missing`);

@@ -13,6 +13,7 @@ import {
   specialUse,
 } from "./ip.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { sha256Hex } from "./sha256.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
 export const PREFIX = "milo-ipam.io/";
@@ -63,68 +64,46 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
   };
 }
 
-/** Recent digests: one call derives the same names several times (body, journal, log). */
-const DIGESTS = new Map<string, Promise<string>>();
-const MAX_DIGESTS = 256;
-
-function sha256Hex(text: string): Promise<string> {
-  const known = DIGESTS.get(text);
-  if (known) return known;
-  const p = crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)).then((d) =>
-    Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("")
-  );
-  if (DIGESTS.size >= MAX_DIGESTS) DIGESTS.delete(DIGESTS.keys().next().value!);
-  DIGESTS.set(text, p);
-  return p;
-}
-
 /**
  * Deterministic DNS-1123 claim name for (cluster, container, interface, family):
  * every retry and every DEL derives the same name.
  */
-export async function claimName(
+export function claimName(
   a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
   family: Family,
-): Promise<string> {
-  return `pod-${await attachmentHash(a)}-${family === "ipv4" ? "v4" : "v6"}`;
+): string {
+  return `pod-${attachmentHash(a)}-${family === "ipv4" ? "v4" : "v6"}`;
 }
 
 /** The hash that names an attachment's claims, journal entry and lock (20 hex digits). */
-export async function attachmentHash(
-  a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
-): Promise<string> {
-  return (await sha256Hex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`)).slice(0, 20);
+export function attachmentHash(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
+  return sha256Hex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`).slice(0, 20);
 }
 
 const LABEL_VALUE = /^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$/;
 
 /** A label value obeying the 63-character rule: the value itself, or `sha256-` and a hash. */
-export async function labelValue(value: string): Promise<string> {
+export function labelValue(value: string): string {
   if (LABEL_VALUE.test(value)) return value;
-  return `sha256-${(await sha256Hex(value)).slice(0, 48)}`;
+  return `sha256-${sha256Hex(value).slice(0, 48)}`;
 }
 
 /** Label selector for this node's claims in one cluster, of one network when given. */
-export async function nodeSelector(
-  cluster: string,
-  node: string,
-  network?: string,
-): Promise<string> {
-  const [c, n] = await Promise.all([cluster, node].map(labelValue));
-  const sel = `${KEYS.cluster}=${c},${KEYS.node}=${n}`;
-  return network === undefined ? sel : `${sel},${KEYS.network}=${await labelValue(network)}`;
+export function nodeSelector(cluster: string, node: string, network?: string): string {
+  const sel = `${KEYS.cluster}=${labelValue(cluster)},${KEYS.node}=${labelValue(node)}`;
+  return network === undefined ? sel : `${sel},${KEYS.network}=${labelValue(network)}`;
 }
 
 /** Label selector for every claim of one cluster. */
-export async function clusterSelector(cluster: string): Promise<string> {
-  return `${KEYS.cluster}=${await labelValue(cluster)}`;
+export function clusterSelector(cluster: string): string {
+  return `${KEYS.cluster}=${labelValue(cluster)}`;
 }
 
 /** Labels and annotations recording who holds a lease. */
-export async function ownership(
+export function ownership(
   a: Attachment,
   family: Family,
-): Promise<{ labels: Record<string, string>; annotations: Record<string, string> }> {
+): { labels: Record<string, string>; annotations: Record<string, string> } {
   const fields: [keyof typeof KEYS, string | undefined][] = [
     ["cluster", a.cluster],
     ["node", a.node],
@@ -139,27 +118,26 @@ export async function ownership(
   ];
   const labels: Record<string, string> = { [KEYS.family]: family };
   const annotations: Record<string, string> = {};
-  await Promise.all(fields.map(async ([key, value]) => {
-    if (value === undefined) return;
-    labels[KEYS[key]] = await labelValue(value);
+  for (const [key, value] of fields) {
+    if (value === undefined) continue;
+    labels[KEYS[key]] = labelValue(value);
     if (key !== "podNamespace" && key !== "podName") annotations[KEYS[key]] = value;
-  }));
+  }
   if (a.podName) annotations[KEYS.pod] = `${a.podNamespace ?? ""}/${a.podName}`;
   return { labels, annotations };
 }
 
 /** The IPClaim create body for one family. */
-export async function claimBody(
+export function claimBody(
   namespace: string,
   net: NetworkConfig,
   a: Attachment,
   family: Family,
-): Promise<Record<string, unknown>> {
-  const [name, meta] = await Promise.all([claimName(a, family), ownership(a, family)]);
+): Record<string, unknown> {
   return {
     apiVersion: "ipam.miloapis.com/v1alpha1",
     kind: "IPClaim",
-    metadata: { name, namespace, ...meta },
+    metadata: { name: claimName(a, family), namespace, ...ownership(a, family) },
     spec: {
       className: net.classes[family],
       ipFamily: miloFamily(family),

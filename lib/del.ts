@@ -21,12 +21,10 @@ export const del: Handler = async (inv) => {
 };
 
 async function release(inv: Invocation) {
-  const named = await Promise.all(
-    familiesOf(inv.conf.network).map(async (f) => ({
-      f,
-      name: await claimName(inv.attachment, f),
-    })),
-  );
+  const named = familiesOf(inv.conf.network).map((f) => ({
+    f,
+    name: claimName(inv.attachment, f),
+  }));
   const claims = named.map((n) => n.name);
   const r = await attemptAll(
     named,

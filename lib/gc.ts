@@ -18,7 +18,7 @@ export const gc: Handler = async (inv) => {
   if (!valid) throw new CniError("config", "field cni.dev/valid-attachments: missing");
   const a = inv.attachment;
   const minAgeMs = inv.node.gc.minAgeS * 1000;
-  const listed = await inv.milo.listClaims(await nodeSelector(a.cluster, a.node, a.network));
+  const listed = await inv.milo.listClaims(nodeSelector(a.cluster, a.node, a.network));
   const stale = listed.filter((c) => {
     const h = holderOf(c);
     if (h.containerId === undefined || h.ifname === undefined) return false;

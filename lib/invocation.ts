@@ -36,6 +36,6 @@ export function familiesOf(net: NetworkConfig): Family[] {
 }
 
 /** The claim names of an attachment, one per configured family. */
-export function claimNamesOf(inv: Pick<Invocation, "conf" | "attachment">): Promise<string[]> {
-  return Promise.all(familiesOf(inv.conf.network).map((f) => claimName(inv.attachment, f)));
+export function claimNamesOf(inv: Pick<Invocation, "conf" | "attachment">): string[] {
+  return familiesOf(inv.conf.network).map((f) => claimName(inv.attachment, f));
 }

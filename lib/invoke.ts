@@ -108,7 +108,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       journal: new Journal(node.stateDir),
       now,
     };
-    if (cni.containerId) record.claims = await claimNamesOf(inv);
+    if (cni.containerId) record.claims = claimNamesOf(inv);
     const r = await HANDLERS[verb](inv);
     return finish({ exitCode: 0, stdout: r.output }, { claims: r.claims, outcome: "ok" });
   } catch (err) {

@@ -57,8 +57,8 @@ export class Journal {
   }
 
   /** The entry file of an attachment (`pod-` and the hash its claims are named by). */
-  async pathOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): Promise<string> {
-    return `${this.dir}/pod-${await attachmentHash(a)}.json`;
+  pathOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
+    return `${this.dir}/pod-${attachmentHash(a)}.json`;
   }
 
   /**
@@ -72,7 +72,7 @@ export class Journal {
     now = Date.now(),
     held?: JournalHold | null,
   ): Promise<string> {
-    const path = await this.pathOf(a);
+    const path = this.pathOf(a);
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
     const lock = held?.path === path ? null : await lockFile(path);
     try {
@@ -115,7 +115,7 @@ export class Journal {
   async hold(
     a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
   ): Promise<JournalHold | null> {
-    const path = await this.pathOf(a);
+    const path = this.pathOf(a);
     const file = await lockFile(path).catch((err) => {
       throw new CniError("io", `cannot lock release journal entry ${path}`, errorText(err));
     });

@@ -64,7 +64,7 @@ export async function lockAttachment(
   a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
 ): Promise<AttachmentLock> {
   const dir = `${stateDir}/locks`;
-  const path = `${dir}/${(await attachmentHash(a)).slice(0, STRIPES_HEX)}`;
+  const path = `${dir}/${attachmentHash(a).slice(0, STRIPES_HEX)}`;
   try {
     const file = (await lockFile(path, true).catch(async (err) => {
       if (!(err instanceof Deno.errors.NotFound)) throw err;

@@ -148,7 +148,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     (await readResultCache(node.resultsDir)).map((a) => key(a.network, a.containerId, a.ifname)),
   );
   report.live = live.size;
-  const claims = await milo().listClaims(await nodeSelector(node.cluster, node.node));
+  const claims = await milo().listClaims(nodeSelector(node.cluster, node.node));
   const previous = await readState(stateFileOf(node), now());
   const next: State = {};
   const candidates: IPClaim[] = [];

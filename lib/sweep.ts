@@ -142,7 +142,7 @@ async function observe(
   now: () => number,
   report: SweepReport,
 ): Promise<Observation> {
-  const selector = await clusterSelector(o.cluster);
+  const selector = clusterSelector(o.cluster);
   const milo = o.milo.withDeadline(Date.now() + o.operationMs);
   const claims = await listed(
     "the Milo LIST of the cluster's claims",

@@ -40,8 +40,8 @@ export const CLAIMS_PATH = `${API_PATH}/namespaces/default/ipclaims`;
 /** The attachment of {@link invocation}'s defaults (and of the fixtures' claims). */
 export const ATTACHMENT = { cluster: "cluster-a", containerId: CONTAINER_ID, ifname: "eth0" };
 /** Its claim names, per family. */
-export const NAME_V4 = await claimName(ATTACHMENT, "ipv4");
-export const NAME_V6 = await claimName(ATTACHMENT, "ipv6");
+export const NAME_V4 = claimName(ATTACHMENT, "ipv4");
+export const NAME_V6 = claimName(ATTACHMENT, "ipv6");
 
 /** How to build one invocation. */
 export interface InvocationOptions {
@@ -113,13 +113,13 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
 }
 
 /** Stores in `stub` the claim a previous ADD of `inv` made for `family` (see {@link StubMilo.materialize}). */
-export async function existingClaim(
+export function existingClaim(
   stub: StubMilo,
   inv: Invocation,
   family: Family,
   over: Parameters<StubMilo["materialize"]>[1] = {},
-): Promise<WireClaim> {
-  const body = await claimBody(inv.node.milo.namespace, inv.conf.network, inv.attachment, family);
+): WireClaim {
+  const body = claimBody(inv.node.milo.namespace, inv.conf.network, inv.attachment, family);
   return stub.materialize(body, over);
 }
 

@@ -67,7 +67,7 @@ Deno.test("ADD IPv4: one POST in Milo's create shape, the 201 lease as a /32 res
       [KEYS.podNamespace]: "shop",
       [KEYS.podName]: "web-0",
       [KEYS.podUid]: "uid-web-0",
-      [KEYS.containerId]: await labelValue(CONTAINER_ID),
+      [KEYS.containerId]: labelValue(CONTAINER_ID),
       [KEYS.ifname]: "eth0",
       [KEYS.vpc]: "vpc-7b3e",
       [KEYS.vpcattachment]: "vpc-7b3e-attach-1",
@@ -145,7 +145,7 @@ Deno.test("ADD retried: 409 AlreadyExists, then GET of its own claim returns the
 Deno.test("ADD never adopts a claim of another holder (409, GET: 103), nor deletes it", async () => {
   await withStub(async (stub, inv) => {
     const i = inv({ ipam: V4 });
-    const foreign = await existingClaim(stub, i, "ipv4", {
+    const foreign = existingClaim(stub, i, "ipv4", {
       metadata: {
         annotations: {
           [KEYS.cluster]: "cluster-a",
@@ -163,7 +163,7 @@ Deno.test("ADD never adopts a claim of another holder (409, GET: 103), nor delet
 Deno.test("ADD refuses its own claim of another class (103)", async () => {
   await withStub(async (stub, inv) => {
     const i = inv({ ipam: V4 });
-    await existingClaim(stub, i, "ipv4", { spec: { className: "vpc-pods-ipv4-old" } });
+    existingClaim(stub, i, "ipv4", { spec: { className: "vpc-pods-ipv4-old" } });
     await rejectsWith(add(i), 103, /has class vpc-pods-ipv4-old, config says vpc-pods-ipv4/);
     assert.equal(stub.seen("DELETE").length, 0);
     assert.ok(stub.get(NAME_V4));
@@ -174,7 +174,7 @@ Deno.test("ADD of a claim not Bound: Pending or Releasing is 11, another phase 1
   for (const [phase, code] of [["Pending", 11], ["Releasing", 11], ["Failed", 102]] as const) {
     await withStub(async (stub, inv) => {
       const i = inv({ ipam: V4 });
-      await existingClaim(stub, i, "ipv4", { status: { phase } });
+      existingClaim(stub, i, "ipv4", { status: { phase } });
       await rejectsWith(add(i), code, new RegExp(`${NAME_V4} is ${phase}, not Bound`));
       assert.equal(stub.seen("DELETE").length, 0);
     });

@@ -30,7 +30,7 @@ const PREV = {
  */
 async function checkWith(
   prevResult: unknown,
-  prepare: (stub: StubMilo, inv: ReturnType<typeof invocation>) => Promise<void> = leaseBoth,
+  prepare: (stub: StubMilo, inv: ReturnType<typeof invocation>) => void = leaseBoth,
 ) {
   return await withTempDir(async (dir) => {
     const stub = new StubMilo();
@@ -39,7 +39,7 @@ async function checkWith(
       stateDir: dir,
       top: prevResult === undefined ? {} : { prevResult },
     });
-    await prepare(stub, inv);
+    prepare(stub, inv);
     stub.requests.length = 0;
     try {
       return { stub, result: await check(inv) };
@@ -49,9 +49,9 @@ async function checkWith(
   });
 }
 
-async function leaseBoth(stub: StubMilo, inv: ReturnType<typeof invocation>) {
-  await existingClaim(stub, inv, "ipv4");
-  await existingClaim(stub, inv, "ipv6");
+function leaseBoth(stub: StubMilo, inv: ReturnType<typeof invocation>) {
+  existingClaim(stub, inv, "ipv4");
+  existingClaim(stub, inv, "ipv6");
 }
 
 const failure = (r: { error?: unknown }, code: number, pattern: RegExp) =>
@@ -68,8 +68,8 @@ Deno.test("CHECK ok: one GET per family, nothing printed", async () => {
 });
 
 Deno.test("CHECK: a missing claim is 104", async () => {
-  const r = await checkWith(PREV, async (stub, inv) => {
-    await existingClaim(stub, inv, "ipv4");
+  const r = await checkWith(PREV, (stub, inv) => {
+    existingClaim(stub, inv, "ipv4");
   });
   await failure(r, 104, new RegExp(`no IPv6 lease in Milo: claim ${NAME_V6} is missing`));
 });
@@ -96,17 +96,17 @@ Deno.test("CHECK: a different prefix length is 104", async () => {
 });
 
 Deno.test("CHECK: a claim not Bound is 104", async () => {
-  const r = await checkWith(PREV, async (stub, inv) => {
-    await existingClaim(stub, inv, "ipv4", { status: { phase: "Releasing" } });
-    await existingClaim(stub, inv, "ipv6");
+  const r = await checkWith(PREV, (stub, inv) => {
+    existingClaim(stub, inv, "ipv4", { status: { phase: "Releasing" } });
+    existingClaim(stub, inv, "ipv6");
   });
   await failure(r, 104, new RegExp(`IPv4 claim ${NAME_V4} is Releasing, not Bound`));
 });
 
 Deno.test("CHECK: a claim of another holder is 104 naming it", async () => {
-  const r = await checkWith(PREV, async (stub, inv) => {
-    await existingClaim(stub, inv, "ipv4");
-    await existingClaim(stub, inv, "ipv6", {
+  const r = await checkWith(PREV, (stub, inv) => {
+    existingClaim(stub, inv, "ipv4");
+    existingClaim(stub, inv, "ipv6", {
       metadata: {
         annotations: {
           [KEYS.cluster]: "cluster-a",
@@ -145,11 +145,11 @@ Deno.test("CHECK: both mismatches reported together; Milo down is 11", async () 
 });
 
 Deno.test("CHECK: an unusable lease in Milo's claim is 105", async () => {
-  const r = await checkWith(PREV, async (stub, inv) => {
-    await existingClaim(stub, inv, "ipv4", {
+  const r = await checkWith(PREV, (stub, inv) => {
+    existingClaim(stub, inv, "ipv4", {
       status: { allocatedCIDR: "127.0.0.1/32", address: "127.0.0.1" } as Json,
     });
-    await existingClaim(stub, inv, "ipv6");
+    existingClaim(stub, inv, "ipv6");
   });
   await failure(r, 105, /127\.0\.0\.1 is a loopback address/);
   assert.equal(r.stub.seen("DELETE").length, 0, "CHECK never releases");

@@ -19,14 +19,14 @@ const FOREVER = Number.POSITIVE_INFINITY;
 const withStub = (fn: Parameters<typeof withVerb>[1]) => withVerb("DEL", fn);
 
 /** Both claims of the attachment, as its ADD left them. */
-async function leased(stub: StubMilo, inv: ReturnType<typeof invocation>) {
-  return [await existingClaim(stub, inv, "ipv4"), await existingClaim(stub, inv, "ipv6")];
+function leased(stub: StubMilo, inv: ReturnType<typeof invocation>) {
+  return [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
 }
 
 Deno.test("DEL 200: one DELETE per family by name, no body, nothing printed", async () => {
   await withStub(async (stub, inv) => {
     const i = inv();
-    await leased(stub, i);
+    leased(stub, i);
     const r = await del(i);
     assert.equal(r.output, undefined);
     assert.deepEqual(r.claims, [NAME_V4, NAME_V6]);
@@ -45,7 +45,7 @@ Deno.test("DEL 200: one DELETE per family by name, no body, nothing printed", as
 Deno.test("DEL 202 Accepted counts as released", async () => {
   await withStub(async (stub, inv) => {
     const i = inv();
-    const [v4] = await leased(stub, i);
+    const [v4] = leased(stub, i);
     stub.inject({
       method: "DELETE",
       path: NAME_V4,
@@ -82,7 +82,7 @@ Deno.test("DEL: a 404 that is not Milo's NotFound of the claim fails (105) and j
     await t.step(name, async () => {
       await withStub(async (stub, inv) => {
         const i = inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4" } } });
-        await existingClaim(stub, i, "ipv4");
+        existingClaim(stub, i, "ipv4");
         stub.inject({ method: "DELETE", answer });
         await rejectsWith(del(i), 105, /HTTP 404 that is not Milo's NotFound.*journaled/);
         assert.equal(stub.seen("DELETE").length, 1, "a 404 is not retried");
@@ -99,7 +99,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
   await withStub(async (stub, inv) => {
     const now = Date.parse("2026-12-01T11:00:00Z");
     const i = inv({ now: () => now });
-    await leased(stub, i);
+    leased(stub, i);
     stub.inject({
       method: "DELETE",
       path: NAME_V6,
@@ -146,7 +146,7 @@ Deno.test("DEL that succeeds later drops the journal entry of the attachment", a
 Deno.test("DEL releases the claim of its derived name even when it records another holder", async () => {
   await withStub(async (stub, inv) => {
     const i = inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4" } } });
-    await existingClaim(stub, i, "ipv4", {
+    existingClaim(stub, i, "ipv4", {
       metadata: {
         annotations: {
           [KEYS.cluster]: "cluster-a",

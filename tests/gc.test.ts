@@ -18,19 +18,19 @@ const T0 = Date.now();
 const MIN_AGE_S = 60;
 
 /** A world: claims made `ageS` ago by ADDs of these attachments (and of other places). */
-async function world(dir: string, stub: StubMilo, ageS = 3_600) {
+function world(dir: string, stub: StubMilo, ageS = 3_600) {
   stub.now = () => T0 - ageS * 1000;
-  const made = async (containerId: string, o: Partial<InvocationOptions> = {}) => {
+  const made = (containerId: string, o: Partial<InvocationOptions> = {}) => {
     const add = invocation(stub, { command: "ADD", stateDir: dir, containerId, ...o });
-    return [await existingClaim(stub, add, "ipv4"), await existingClaim(stub, add, "ipv6")];
+    return [existingClaim(stub, add, "ipv4"), existingClaim(stub, add, "ipv6")];
   };
   return {
-    keep: await made("keep"),
-    gone: await made("gone"),
-    otherIf: await made("keep", { ifname: "net1" }),
-    otherNode: await made("gone-n2", { node: { node: "node-2" } }),
-    otherNet: await made("gone-net", { top: { name: "other-net" } }),
-    otherCluster: await made("gone-cl", { node: { cluster: "cluster-b" } }),
+    keep: made("keep"),
+    gone: made("gone"),
+    otherIf: made("keep", { ifname: "net1" }),
+    otherNode: made("gone-n2", { node: { node: "node-2" } }),
+    otherNet: made("gone-net", { top: { name: "other-net" } }),
+    otherCluster: made("gone-cl", { node: { cluster: "cluster-b" } }),
   };
 }
 
@@ -50,7 +50,7 @@ const VALID = [{ containerID: "keep", ifname: "eth0" }];
 Deno.test("GC releases by uid only this node's attachments absent from valid-attachments", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const w = await world(dir, stub);
+    const w = world(dir, stub);
     stub.requests.length = 0;
     const r = await gc(gcInv(stub, dir, VALID));
     assert.equal(r.output, undefined);
@@ -58,7 +58,7 @@ Deno.test("GC releases by uid only this node's attachments absent from valid-att
     const [list, ...rest] = stub.requests;
     assert.equal(list.method, "GET");
     assert.equal(list.path, CLAIMS_PATH);
-    assert.equal(list.query.labelSelector, await nodeSelector("cluster-a", "node-1", "vpc-7b3e"));
+    assert.equal(list.query.labelSelector, nodeSelector("cluster-a", "node-1", "vpc-7b3e"));
     const deletes = rest.filter((q) => q.method === "DELETE");
     assert.equal(deletes.length, 4);
     for (const d of deletes) {
@@ -83,7 +83,7 @@ Deno.test("GC releases by uid only this node's attachments absent from valid-att
 Deno.test("GC respects gc.minAgeS on the injected clock", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const w = await world(dir, stub, 30);
+    const w = world(dir, stub, 30);
     const young = await gc(gcInv(stub, dir, VALID));
     assert.deepEqual(young.claims, []);
     assert.equal(stub.seen("DELETE").length, 0);
@@ -97,7 +97,7 @@ Deno.test("GC respects gc.minAgeS on the injected clock", async () => {
 Deno.test("GC keeps a claim replaced since the LIST (uid changed), one without a creation time or holder", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const w = await world(dir, stub);
+    const w = world(dir, stub);
     const [v4, v6] = w.gone;
     stub.inject({
       method: "GET",
@@ -120,7 +120,7 @@ Deno.test("GC keeps a claim replaced since the LIST (uid changed), one without a
 Deno.test("GC goes on past a failed release and reports it", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const w = await world(dir, stub);
+    const w = world(dir, stub);
     const bad = w.gone[0].metadata.name;
     stub.inject({ method: "DELETE", path: bad, answer: () => statusReply(403) });
     await rejectsWith(gc(gcInv(stub, dir, VALID)), 101, new RegExp(`release of ${bad} failed`));
@@ -155,7 +155,7 @@ Deno.test("GC without valid-attachments is code 7 and sends nothing", async () =
 Deno.test("GC accepts the older cni.dev/attachments name", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const w = await world(dir, stub);
+    const w = world(dir, stub);
     const node = gcInv(stub, dir, []).node;
     const conf = parseNetConf(
       JSON.stringify({ ...NET_CONF, "cni.dev/attachments": VALID }),

@@ -35,15 +35,15 @@ Deno.test("journal: a failing DEL writes one entry (0600 in a 0700 dir) naming i
     const now = Date.parse("2026-12-01T12:00:00Z");
     w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
     const e = await rejectsWith(del(w.inv("DEL", { now: () => now })), 11);
-    const path = await w.journal.pathOf(attachment(CONTAINER_ID));
+    const path = w.journal.pathOf(attachment(CONTAINER_ID));
     assert.ok(e.details.includes(path));
     const entry: JournalEntry = JSON.parse(await Deno.readTextFile(path));
     assert.deepEqual(entry, {
       ...attachment(CONTAINER_ID),
       created: now,
       claims: [
-        { name: await claimName(attachment(CONTAINER_ID), "ipv4") },
-        { name: await claimName(attachment(CONTAINER_ID), "ipv6") },
+        { name: claimName(attachment(CONTAINER_ID), "ipv4") },
+        { name: claimName(attachment(CONTAINER_ID), "ipv6") },
       ],
       attempts: 0,
       lastError: e.message,
@@ -102,7 +102,7 @@ Deno.test("journal: an ADD waits for a release in progress on the entry, then dr
 Deno.test("journal: an entry that cannot be dropped fails the ADD with code 5 before any request", async () => {
   await withTempDir(async (dir) => {
     const w = world(dir);
-    await Deno.mkdir(await w.journal.pathOf(attachment(CONTAINER_ID)), { recursive: true });
+    await Deno.mkdir(w.journal.pathOf(attachment(CONTAINER_ID)), { recursive: true });
     await rejectsWith(add(w.inv("ADD")), 5, /release journal entry/);
     assert.equal(w.stub.requests.length, 0);
   });

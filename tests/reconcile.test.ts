@@ -16,9 +16,9 @@ async function setup(dir: string) {
   stub.now = () => clock.t - 3_600_000;
   const addOf = (containerId: string) =>
     invocation(stub, { command: "ADD", stateDir: dir, containerId });
-  const lease = async (containerId: string) => {
+  const lease = (containerId: string) => {
     const inv = addOf(containerId);
-    return [await existingClaim(stub, inv, "ipv4"), await existingClaim(stub, inv, "ipv6")];
+    return [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
   };
   const node: NodeConfig = addOf("x").node;
   await Deno.mkdir(node.resultsDir, { recursive: true });
@@ -33,8 +33,8 @@ async function setup(dir: string) {
         result: {},
       }),
     );
-  const live = await lease("live");
-  const orphan = await lease("orphan");
+  const live = lease("live");
+  const orphan = lease("orphan");
   await cache("live");
   const run = (dryRun = false) =>
     reconcile({ node, milo: stub.client(), graceMs: GRACE_MS, dryRun, now: () => clock.t });
@@ -250,17 +250,17 @@ Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failure
       "503",
       entryAt,
     );
-    const gone = await claimName(at("gone"), "ipv4");
+    const gone = claimName(at("gone"), "ipv4");
     await journal.record(at("gone"), [{ name: gone }], "503", entryAt);
     const [o4, o6] = w.orphan;
     await journal.record(at("orphan"), [{ name: o4.metadata.name }], "timeout", entryAt);
-    const newer = await w.lease("newer");
+    const newer = w.lease("newer");
     w.stub.put({
       ...newer[0],
       metadata: { ...newer[0].metadata, creationTimestamp: new Date(w.clock.t).toISOString() },
     });
     await journal.record(at("newer"), [{ name: newer[0].metadata.name }], "503", entryAt);
-    const failing = await w.lease("failing");
+    const failing = w.lease("failing");
     await journal.record(
       at("failing"),
       [{ name: failing[0].metadata.name, uid: failing[0].metadata.uid }],

@@ -6,6 +6,7 @@ import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
+import { sha256Hex } from "../lib/sha256.ts";
 import { grantsFor, launcherScript } from "../scripts/install.ts";
 
 const NODE = {
@@ -200,24 +201,55 @@ Deno.test("result encoding per version: legacy carries ips[].version, none carri
   });
 });
 
-Deno.test("claim names are deterministic DNS-1123 and differ per family and attachment", async () => {
-  const a = { cluster: "c", containerId: "abc", ifname: "eth0" };
-  const v4 = await claimName(a, "ipv4");
-  assert.equal(v4, await claimName({ ...a }, "ipv4"));
-  assert.match(v4, /^pod-[0-9a-f]{20}-v4$/);
-  assert.equal(await claimName(a, "ipv6"), v4.replace(/-v4$/, "-v6"));
-  assert.notEqual(v4, await claimName({ ...a, cluster: "d" }, "ipv4"));
-  assert.notEqual(v4, await claimName({ ...a, ifname: "net1" }, "ipv4"));
+async function subtleHex(text: string): Promise<string> {
+  const d = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+Deno.test("sha256Hex: FIPS 180-4 vectors, and WebCrypto's digest at every length across block edges", async () => {
+  assert.equal(
+    sha256Hex(""),
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+  );
+  assert.equal(
+    sha256Hex("abc"),
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+  );
+  assert.equal(
+    sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+    "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1",
+  );
+  for (let n = 0; n <= 200; n++) {
+    const text = Array.from({ length: n }, (_, i) => i % 17 === 5 ? "é" : "abcxyz019-_.\0"[i % 13])
+      .join("");
+    assert.equal(sha256Hex(text), await subtleHex(text), `length ${n}`);
+  }
 });
 
-Deno.test("label values obey the 63-character rule; full values stay in annotations", async () => {
-  assert.equal(await labelValue("node-1"), "node-1");
+Deno.test("claim names keep the hash existing claims were named by", async () => {
+  const a = { cluster: "cluster-a", containerId: "9f0c1e6a4b2d", ifname: "eth0" };
+  const digest = await subtleHex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`);
+  assert.equal(claimName(a, "ipv4"), `pod-${digest.slice(0, 20)}-v4`);
+});
+
+Deno.test("claim names are deterministic DNS-1123 and differ per family and attachment", () => {
+  const a = { cluster: "c", containerId: "abc", ifname: "eth0" };
+  const v4 = claimName(a, "ipv4");
+  assert.equal(v4, claimName({ ...a }, "ipv4"));
+  assert.match(v4, /^pod-[0-9a-f]{20}-v4$/);
+  assert.equal(claimName(a, "ipv6"), v4.replace(/-v4$/, "-v6"));
+  assert.notEqual(v4, claimName({ ...a, cluster: "d" }, "ipv4"));
+  assert.notEqual(v4, claimName({ ...a, ifname: "net1" }, "ipv4"));
+});
+
+Deno.test("label values obey the 63-character rule; full values stay in annotations", () => {
+  assert.equal(labelValue("node-1"), "node-1");
   const id = "9f0c1e6a4b2d48e7a1c3b5d7e9f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9";
-  const hashed = await labelValue(id);
+  const hashed = labelValue(id);
   assert.ok(hashed.length <= 63 && hashed !== id);
   assert.match(hashed, /^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$/);
-  assert.match(await labelValue("-bad-"), /^sha256-/);
-  const own = await ownership({
+  assert.match(labelValue("-bad-"), /^sha256-/);
+  const own = ownership({
     cluster: "cluster-a",
     node: "n".repeat(80),
     network: "vpc",

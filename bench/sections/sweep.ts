@@ -43,9 +43,9 @@ async function seedOne(dev: MiloDev, kube: KubeDev, i: number, nodes: number): P
     apiVersion: "ipam.miloapis.com/v1alpha1",
     kind: "IPClaim",
     metadata: {
-      name: await claimName(a, "ipv4"),
+      name: claimName(a, "ipv4"),
       namespace: "default",
-      ...await ownership(a, "ipv4"),
+      ...ownership(a, "ipv4"),
     },
     spec: {
       className: BENCH_CLASSES.ipv4,

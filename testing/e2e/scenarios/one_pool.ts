@@ -111,7 +111,7 @@ async function exhaustion(run: Run): Promise<void> {
   const after = await w.milo.claims();
   assert.equal(after.length, POOL_SIZE);
   assert.equal(claimOf(after, extra), undefined);
-  const name = await claimName(
+  const name = claimName(
     { cluster: "cluster-b", containerId: extra.containerId, ifname: "eth0" },
     "ipv4",
   );
