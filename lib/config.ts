@@ -192,12 +192,23 @@ function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
   return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
 }
 
+/** A node config as validated, before the node name falls back to the environment. */
+type Validated = Omit<NodeConfig, "node" | "warning"> & { node?: string };
+
 /** Validates the node config file's values; `env` resolves the node name fallback. */
 export function parseNodeConfig(
   values: unknown,
   path: string,
   env: (name: string) => string | undefined = () => undefined,
 ): NodeConfig {
+  return withNodeName(validate(values, path), env);
+}
+
+function withNodeName(v: Validated, env: (name: string) => string | undefined): NodeConfig {
+  return { ...v, node: v.node || env("NODE_NAME") || Deno.hostname() };
+}
+
+function validate(values: unknown, path: string): Validated {
   if (!isPlainObject(values)) {
     throw new CniError("config", `node config ${path} must be a JSON object`);
   }
@@ -211,13 +222,15 @@ export function parseNodeConfig(
   for (const k of NETWORK_KEYS) {
     if (k !== "timeouts" && rest[k] !== undefined) defaults[k] = rest[k];
   }
-  return {
-    ...parsed.data,
-    node: parsed.data.node || env("NODE_NAME") || Deno.hostname(),
-    path,
-    defaults,
-  };
+  return { ...parsed.data, path, defaults };
 }
+
+/**
+ * The last node config file validated, by path and text: the agent reads the
+ * file on every call (a change applies to the next one) and validates only
+ * what changed.
+ */
+let lastRead: { at: string; text: string; v: Validated } | undefined;
 
 /**
  * Reads the node config: `MILO_IPAM_CONFIG`, else the installed path, else
@@ -255,17 +268,20 @@ export async function readNodeConfig(
       "the node config holds milo.url, milo.tokenFile and cluster; see the README",
     );
   }
-  let values: unknown;
-  try {
-    values = JSON.parse(text);
-  } catch (err) {
-    throw new CniError(
-      "config",
-      `node config ${at} is not valid JSON`,
-      err instanceof Error ? err.message : "",
-    );
+  if (lastRead?.at !== at || lastRead.text !== text) {
+    let values: unknown;
+    try {
+      values = JSON.parse(text);
+    } catch (err) {
+      throw new CniError(
+        "config",
+        `node config ${at} is not valid JSON`,
+        err instanceof Error ? err.message : "",
+      );
+    }
+    lastRead = { at, text, v: validate(values, at) };
   }
-  const cfg = parseNodeConfig(values, at, env);
+  const cfg = withNodeName(lastRead.v, env);
   return warning ? { ...cfg, warning } : cfg;
 }
 

@@ -117,6 +117,28 @@ Deno.test("config: the old node config path is read, with a warning, when the de
   }
 });
 
+Deno.test("config: a file read again applies its change, its node name fallback and errors anew", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const path = `${dir}/node.json`;
+    const env = (name: string) => ({ MILO_IPAM_CONFIG: path, NODE_NAME: "from-env" })[name];
+    const { node: _node, ...unnamed } = NODE;
+    await Deno.writeTextFile(path, JSON.stringify(unnamed));
+    const first = await readNodeConfig(env);
+    assert.equal(first.node, "from-env");
+    const other = await readNodeConfig((n) => n === "NODE_NAME" ? "other" : env(n));
+    assert.equal(other.node, "other", "the fallback is resolved on every read");
+    assert.equal(first.node, "from-env", "an earlier answer is not changed");
+    await Deno.writeTextFile(path, JSON.stringify({ ...unnamed, cluster: "cluster-b" }));
+    assert.equal((await readNodeConfig(env)).cluster, "cluster-b");
+    await Deno.writeTextFile(path, JSON.stringify({ ...unnamed, cluster: 5 }));
+    await assert.rejects(readNodeConfig(env), /field cluster/);
+    await assert.rejects(readNodeConfig(env), /field cluster/, "an invalid file stays an error");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("config: plain http is accepted for loopback only", () => {
   for (const url of ["http://127.0.0.1:8080", "http://[::1]:80", "http://localhost:1"]) {
     assert.equal(node({ milo: { ...NODE.milo, url } }).milo.url, url);
