@@ -157,6 +157,35 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
     });
 
     await t.step(
+      "an agent that never accepts, its backlog full: the plugin falls back at once",
+      async () => {
+        // Nobody accepts on this listener: connections queue in the kernel until its backlog is
+        // full, and then a connect fails at once instead of waiting.
+        const listener = Deno.listen({ transport: "unix", path: p.socket! });
+        const queued: Deno.Conn[] = [];
+        try {
+          let full = false;
+          for (let i = 0; i < 10_000 && !full; i++) {
+            try {
+              queued.push(await Deno.connect({ transport: "unix", path: p.socket! }));
+            } catch (err) {
+              assert.ok(err instanceof Deno.errors.WouldBlock, `a full backlog: ${err}`);
+              full = true;
+            }
+          }
+          assert.ok(full, `the backlog filled within 10,000 connections (${queued.length})`);
+          const r = await p.run({ command: "ADD", containerId: "backlog", stdin: conf });
+          assertOk(r);
+          assert.match((await via(p.logFile, "backlog"))[0], /^direct:agent socket .*WouldBlock/);
+        } finally {
+          queued.forEach((c) => c.close());
+          listener.close();
+          await Deno.remove(p.socket!).catch(() => {});
+        }
+      },
+    );
+
+    await t.step(
       "a stuck agent that never reads a ~1 MB stdin costs at most requestMs too",
       async () => {
         // A valid config (milo-ipam ignores the master's `args`) far larger than the socket's
