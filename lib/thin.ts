@@ -9,7 +9,7 @@
 import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
 import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
-import { timer, within } from "./timers.ts";
+import { within } from "./timers.ts";
 
 /** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
 const GRACE_MS = 500;
@@ -123,18 +123,16 @@ async function exchange(
   // A write or read still pending when the budget ends is cancelled by the
   // caller closing the connection (its rejection is the race's, and ignored).
   const answer = writeRequest(conn, header, stdin).then(() => reader.json<AgentFrame>());
-  // One budget, on one timer, for sending the request and the first frame,
-  // counted from the process's start: an agent that never reads or never
-  // answers costs requestMs. The timer is made once the request is on its
-  // way: the first one in a process costs about 0.4 ms, spent while the agent works.
-  const budget = timer(header.started + h.requestMs - Date.now());
+  // One budget for sending the request and the first frame, counted from the
+  // process's start: an agent that never reads or never answers costs
+  // requestMs. Its timer is made once the request is on its way: the first
+  // one in a process costs about 0.4 ms, spent while the agent works.
   const stuck = Symbol("stuck");
-  let first: AgentFrame | null | typeof stuck;
-  try {
-    first = await Promise.race([answer, budget.done.then((): typeof stuck => stuck)]);
-  } finally {
-    budget.cancel();
-  }
+  const first = await within<AgentFrame | null | typeof stuck>(
+    answer,
+    header.started + h.requestMs - Date.now(),
+    () => stuck,
+  );
   if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
   if (first === null) return fallback("agent closed the connection");
   if (first.kind === "reply") return done(first);
