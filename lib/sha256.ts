@@ -87,7 +87,7 @@ const H0 = [
 const rotr = (x: number, n: number) => (x >>> n) | (x << (32 - n));
 
 /** The SHA-256 digest of `bytes`. */
-export function sha256(bytes: Uint8Array): Uint8Array {
+function sha256(bytes: Uint8Array): Uint8Array {
   // The message, a 1 bit, zeros, and the bit length in the last 8 bytes of a 64-byte block.
   const blocks = Math.ceil((bytes.byteLength + 9) / 64);
   const msg = new Uint8Array(blocks * 64);
