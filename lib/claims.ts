@@ -75,9 +75,14 @@ export function claimName(
   return `pod-${attachmentHash(a)}-${family === "ipv4" ? "v4" : "v6"}`;
 }
 
+/** The last attachment hashed: one call names its claims, lock and journal entry from it. */
+let lastHash = { key: "", hash: "" };
+
 /** The hash that names an attachment's claims, journal entry and lock (20 hex digits). */
 export function attachmentHash(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
-  return sha256Hex(`${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`).slice(0, 20);
+  const key = `${a.cluster}\u0000${a.containerId}\u0000${a.ifname}`;
+  if (lastHash.key !== key) lastHash = { key, hash: sha256Hex(key).slice(0, 20) };
+  return lastHash.hash;
 }
 
 const LABEL_VALUE = /^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$/;
