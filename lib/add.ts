@@ -16,18 +16,24 @@ type Held = Lease & { name: string; uid?: string };
  * releases the other within the reserved rollback slice of `totalMs`; what
  * the rollback did is part of the error. The attachment's lock is held
  * throughout (a concurrent ADD or DEL of it waits), and so is a release
- * journal entry of it, dropped only when the ADD succeeds.
+ * journal entry of it, dropped only when the ADD succeeds. The ADD stays
+ * marked in doubt (see lib/journal.ts) unless it succeeded or Milo answered
+ * every create it sent.
  */
 export const add: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
     const entry = await inv.journal.hold(inv.attachment);
+    let leased = false;
     try {
+      inv.journal.beginAdd(inv.attachment);
       const done = await leaseAll(inv, entry);
       await entry?.remove();
+      leased = true;
       return done;
     } finally {
       entry?.close();
+      if (leased || inv.milo.unansweredCreates === 0) inv.journal.settleAdd(inv.attachment);
     }
   } finally {
     lock.close();

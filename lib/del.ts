@@ -8,8 +8,10 @@ import { lockAttachment } from "./lockfile.ts";
  * DEL: release each family's claim in Milo. A claim already gone counts as
  * released. Any other failure fails the DEL so the runtime retries it, and
  * records the claims in the release journal, so that `milo-ipam reconcile`
- * finishes the release if the runtime gives up. Holds the attachment's lock
- * (see lib/lockfile.ts) throughout.
+ * finishes the release if the runtime gives up. After an ADD left in doubt
+ * (killed, or a create unanswered), a released DEL records an in-doubt entry
+ * instead: that create may still land. Holds the attachment's lock (see
+ * lib/lockfile.ts) throughout.
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
@@ -32,7 +34,16 @@ async function release(inv: Invocation) {
     (n) => `release of claim ${n.name} failed`,
   );
   if (!r.failures.length) {
-    await inv.journal.drop(inv.attachment).catch(() => false);
+    if (inv.journal.addInDoubt(inv.attachment)) {
+      await inv.journal.recordDoubt(inv.attachment, claims, inv.now()).catch((err) => {
+        throw new CniError(
+          "io",
+          "claims released, but an ADD of this attachment in doubt could not be journaled",
+          errorText(err),
+        );
+      });
+      inv.journal.settleAdd(inv.attachment);
+    } else await inv.journal.drop(inv.attachment).catch(() => false);
     return { claims };
   }
   const e = combineErrors(r.failures);

@@ -8,6 +8,12 @@
  * succeeded: the runtime brought the attachment back, so nothing of it may be
  * released; a failed ADD leaves the entry owed. ADD, DEL, recording and
  * reconcile take the entry file's exclusive lock, so none races another.
+ *
+ * Beside each entry's name, `pod-<hash>.adding` marks an ADD in doubt: made
+ * before the ADD sends its creates, removed once Milo answered them all. One
+ * left behind (the plugin was killed, or a create went unanswered) tells the
+ * DEL that a claim may still appear after it released everything: it records
+ * an in-doubt entry, which reconcile keeps for its grace period.
  */
 import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
@@ -35,7 +41,17 @@ export interface JournalEntry {
   claims: JournalClaim[];
   attempts: number;
   lastError: string;
+  /**
+   * The claims may not exist yet: an ADD's create went unanswered before the
+   * DEL. Reconcile releases a claim of the attachment created up to a grace
+   * period after `created`, and keeps waiting for an absent one until then.
+   */
+  inDoubt?: boolean;
 }
+
+/** Why an in-doubt entry was recorded (its `lastError`). */
+export const IN_DOUBT =
+  "an ADD of this attachment ended without Milo's answer to its create: the claim may still appear";
 
 /** An entry locked by {@link Journal.hold}: nobody else reads, changes or releases it meanwhile. */
 export interface JournalHold {
@@ -59,6 +75,94 @@ export class Journal {
   /** The entry file of an attachment (`pod-` and the hash its claims are named by). */
   pathOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
     return `${this.dir}/pod-${attachmentHash(a)}.json`;
+  }
+
+  /** The marker of an ADD in doubt of an attachment. */
+  #markerOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
+    return `${this.dir}/pod-${attachmentHash(a)}${ADDING}`;
+  }
+
+  /**
+   * Marks an ADD of `a` in doubt until {@link settleAdd}; the caller holds the
+   * attachment's lock. Synchronous: two file operations on every ADD's path.
+   */
+  beginAdd(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): void {
+    const path = this.#markerOf(a);
+    const make = () => Deno.openSync(path, { write: true, create: true, mode: 0o600 }).close();
+    try {
+      try {
+        make();
+      } catch (err) {
+        if (!(err instanceof Deno.errors.NotFound)) throw err;
+        Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+        make();
+      }
+    } catch (err) {
+      throw new CniError("io", `cannot write ${path}`, errorText(err));
+    }
+  }
+
+  /** Whether an ADD of `a` was left in doubt. */
+  addInDoubt(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): boolean {
+    try {
+      return Deno.statSync(this.#markerOf(a)).isFile;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Removes the ADD-in-doubt marker of `a` (none is fine). Never throws: a
+   * marker left behind costs at most an in-doubt entry reconcile drops.
+   */
+  settleAdd(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): void {
+    try {
+      Deno.removeSync(this.#markerOf(a));
+    } catch {
+      // Absent, or left for reconcile to prune.
+    }
+  }
+
+  /**
+   * Records that the released claims `names` of `a` may still appear (an ADD
+   * in doubt), replacing what the entry owed: the caller just released it all.
+   */
+  async recordDoubt(a: Attachment, names: string[], now = Date.now()): Promise<string> {
+    const path = this.pathOf(a);
+    await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
+    const lock = await lockFile(path);
+    try {
+      const old = await this.#read(path);
+      const entry = entryOf(a, old?.created ?? now, names.map((name) => ({ name })), IN_DOUBT);
+      if (!old) await this.#makeRoom();
+      await writeAtomic(path, { ...entry, inDoubt: true });
+    } finally {
+      lock?.close();
+    }
+    return path;
+  }
+
+  /**
+   * Removes markers of ADDs in doubt older than `ms`: their ADD is long over,
+   * and a DEL after that long needs no doubt (a late create has landed by then).
+   */
+  pruneMarkers(ms: number, now = Date.now()): number {
+    let removed = 0;
+    try {
+      for (const e of Deno.readDirSync(this.dir)) {
+        if (!e.isFile || !e.name.endsWith(ADDING)) continue;
+        const path = `${this.dir}/${e.name}`;
+        const at = Deno.statSync(path).mtime?.getTime() ?? now;
+        if (now - at < ms) continue;
+        Deno.removeSync(path);
+        removed++;
+      }
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) {
+        throw new CniError("io", `cannot prune ${this.dir}`, errorText(err));
+      }
+    }
+    return removed;
   }
 
   /**
@@ -93,17 +197,9 @@ export class Journal {
     const old = await this.#read(path);
     const byName = new Map((old?.claims ?? []).map((c) => [c.name, c]));
     for (const c of claims) byName.set(c.name, { ...byName.get(c.name), ...c });
-    const entry: JournalEntry = {
-      cluster: a.cluster,
-      node: a.node,
-      network: a.network,
-      containerId: a.containerId,
-      ifname: a.ifname,
-      created: old?.created ?? now,
-      claims: [...byName.values()],
-      attempts: old?.attempts ?? 0,
-      lastError: error,
-    };
+    const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);
+    entry.attempts = old?.attempts ?? 0;
+    if (old?.inDoubt) entry.inDoubt = true;
     if (!old) await this.#makeRoom();
     await writeAtomic(path, entry);
   }
@@ -130,11 +226,16 @@ export class Journal {
     };
   }
 
-  /** Drops the entry of `a` (see {@link hold}); answers whether there was one. */
+  /**
+   * Drops the entry of `a` once its claims were released (see {@link hold}),
+   * unless it is in doubt: a create may still land after this release too.
+   * Answers whether it dropped one.
+   */
   async drop(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): Promise<boolean> {
     const h = await this.hold(a);
     if (!h) return false;
     try {
+      if ((await this.#read(h.path))?.inDoubt) return false;
       await h.remove();
       return true;
     } finally {
@@ -211,6 +312,19 @@ export class Journal {
       await this.update(e.path, null);
     }
   }
+}
+
+/** The suffix of an ADD-in-doubt marker. */
+const ADDING = ".adding";
+
+function entryOf(
+  a: Attachment,
+  created: number,
+  claims: JournalClaim[],
+  lastError: string,
+): JournalEntry {
+  const { cluster, node, network, containerId, ifname } = a;
+  return { cluster, node, network, containerId, ifname, created, claims, attempts: 0, lastError };
 }
 
 /** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */

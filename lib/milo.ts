@@ -78,12 +78,12 @@ export type Release = "released" | "absent" | "changed";
 /** A thin Milo IPAM client: deadlines, bounded jittered retries, Status-aware errors. */
 export class MiloClient {
   readonly #o: ClientOptions;
-  readonly #counter: { n: number };
+  readonly #counter: { n: number; unansweredCreates: number };
   readonly #fetch: typeof fetch;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
 
-  constructor(options: ClientOptions, counter = { n: 0 }) {
+  constructor(options: ClientOptions, counter = { n: 0, unansweredCreates: 0 }) {
     this.#o = options;
     this.#counter = counter;
     this.#fetch = options.fetch ?? fetch;
@@ -96,7 +96,15 @@ export class MiloClient {
     return this.#counter.n;
   }
 
-  /** The same client with another deadline (the request count is shared). */
+  /**
+   * POSTs sent without an answer from Milo (timed out, connection lost):
+   * each may still create its claim later. Shared like {@link requests}.
+   */
+  get unansweredCreates(): number {
+    return this.#counter.unansweredCreates;
+  }
+
+  /** The same client with another deadline (the request counts are shared). */
   withDeadline(deadline: number): MiloClient {
     return new MiloClient({ ...this.#o, deadline }, this.#counter);
   }
@@ -273,6 +281,7 @@ export class MiloClient {
       } catch (err) {
         last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {
+        if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
         o.onRequest?.({ method, status, attempt });
       }
       if (attempt === MAX_ATTEMPTS || Date.now() + wait >= o.deadline) break;

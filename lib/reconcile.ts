@@ -5,6 +5,9 @@
  * 1. The release journal: claims a DEL (or an ADD's rollback) failed to
  *    release are released now. The journal is the runtime's own word that the
  *    attachment is gone, so a stale result-cache entry does not keep them.
+ *    An in-doubt entry (a create that may land after its DEL) is kept until
+ *    `grace` after it was written, releasing its claims whenever they appear.
+ *    Markers of ADDs in doubt older than `grace` are removed.
  * 2. Orphans: live attachments come from the runtime's result cache (libcni's
  *    `<resultsDir>/<network>-<containerID>-<ifname>` files). A claim of this
  *    node that is absent from the cache is released only when it was absent in
@@ -144,6 +147,9 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     errors: [],
   };
   const journaled = await finishJournal(o, milo, report);
+  if (!o.dryRun) {
+    new Journal(node.stateDir).pruneMarkers(Math.max(o.graceMs, node.timeouts.totalMs), now());
+  }
   const live = new Set(
     (await readResultCache(node.resultsDir)).map((a) => key(a.network, a.containerId, a.ifname)),
   );
@@ -234,6 +240,7 @@ async function finishJournal(
   report: ReconcileReport,
 ): Promise<Set<string>> {
   const journal = new Journal(o.node.stateDir);
+  const now = o.now ?? Date.now;
   const names = new Set<string>();
   for (const { path, entry, error } of await journal.list()) {
     if (!entry) {
@@ -247,11 +254,16 @@ async function finishJournal(
     }
     await journal.whileLocked(path, async (entry) => {
       const left: JournalClaim[] = [];
+      const waiting: JournalClaim[] = [];
       let lastError = entry.lastError;
       for (const c of entry.claims) {
         try {
-          const r = await releaseJournaled(milo(), c, entry);
-          if (r === "released") {
+          const r = await releaseJournaled(milo(), c, entry, o.graceMs, now);
+          if (r === "awaited") {
+            waiting.push(c);
+            const until = new Date(entry.created + o.graceMs).toISOString();
+            report.kept.push({ claim: c.name, reason: `journal entry in doubt until ${until}` });
+          } else if (r === "released") {
             report.released.push({
               claim: c.name,
               via: "journal",
@@ -266,10 +278,12 @@ async function finishJournal(
         }
       }
       const rest = left.length
-        ? { ...entry, claims: left, attempts: entry.attempts + 1, lastError }
+        ? { ...entry, claims: [...left, ...waiting], attempts: entry.attempts + 1, lastError }
+        : waiting.length
+        ? { ...entry, claims: waiting }
         : null;
       await journal.update(path, rest);
-      if (rest) report.journal.push({ ...summary(path, rest), lastError });
+      if (left.length) report.journal.push({ ...summary(path, rest!), lastError });
     });
   }
   return names;
@@ -288,21 +302,26 @@ function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"
 /**
  * Releases one journaled claim, only while it is the object the failed call
  * saw: the same uid when it was known, else a claim of the same attachment
- * created before the entry (a newer claim of the same name is never released).
+ * created before the entry (a newer claim of the same name is never
+ * released), or, in doubt, before the entry's grace ends (`awaited` while it
+ * is absent and the grace runs).
  */
 async function releaseJournaled(
   milo: MiloClient,
   c: JournalClaim,
   entry: JournalEntry,
-): Promise<Release | "newer than the entry"> {
+  graceMs: number,
+  now: () => number,
+): Promise<Release | "newer than the entry" | "awaited"> {
   if (c.uid) return await milo.releaseClaim(c.name, c.uid);
+  const until = entry.created + (entry.inDoubt ? graceMs : 0);
   const current = await milo.getClaim(c.name);
-  if (!current) return "absent";
+  if (!current) return entry.inDoubt && now() < until ? "awaited" : "absent";
   const h = holderOf(current);
   const created = Date.parse(current.metadata.creationTimestamp ?? "");
   const same = h.cluster === entry.cluster && h.containerId === entry.containerId &&
     h.ifname === entry.ifname;
-  if (!same || Number.isNaN(created) || created > entry.created) return "newer than the entry";
+  if (!same || Number.isNaN(created) || created > until) return "newer than the entry";
   if (!current.metadata.uid) return await milo.deleteClaim(c.name);
   return await milo.releaseClaim(c.name, current.metadata.uid);
 }

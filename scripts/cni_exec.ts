@@ -19,6 +19,8 @@ export interface ExecOptions {
   /** stdin: bytes and text as given, anything else JSON-encoded. */
   stdin?: unknown;
   timeoutMs?: number;
+  /** When it settles, the process is SIGKILLed (as a runtime kills a plugin mid-call). */
+  killOn?: Promise<unknown>;
 }
 
 /** Execs `path` with `env` only, writes stdin, and collects its output. */
@@ -33,6 +35,13 @@ export async function execCni(path: string, o: ExecOptions): Promise<ExecResult>
     stderr: "piped",
     signal: AbortSignal.timeout(o.timeoutMs ?? 30_000),
   }).spawn();
+  o.killOn?.finally(() => {
+    try {
+      child.kill("SIGKILL");
+    } catch {
+      // Exited already.
+    }
+  }).catch(() => {});
   const input = o.stdin instanceof Uint8Array ? o.stdin : new TextEncoder().encode(
     o.stdin === undefined ? "" : typeof o.stdin === "string" ? o.stdin : JSON.stringify(o.stdin),
   );

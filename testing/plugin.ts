@@ -21,6 +21,8 @@ export interface RunOptions {
   /** Extra or overriding environment; `undefined` values remove a variable. */
   env?: Record<string, string | undefined>;
   timeoutMs?: number;
+  /** When it settles, the plugin process is SIGKILLed. */
+  killOn?: Promise<unknown>;
 }
 
 /** An installed plugin with its own token, log, state and node config files. */
@@ -234,5 +236,11 @@ async function runAs(path: string, dir: string, r: RunOptions): Promise<RunResul
     else env[k] = v;
   }
   for (const k of Object.keys(env)) if (env[k] === "") delete env[k];
-  return await execCni(path, { env, args: r.args, stdin: r.stdin, timeoutMs: r.timeoutMs });
+  return await execCni(path, {
+    env,
+    args: r.args,
+    stdin: r.stdin,
+    timeoutMs: r.timeoutMs,
+    killOn: r.killOn,
+  });
 }

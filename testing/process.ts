@@ -45,3 +45,12 @@ export function freePort(): number {
   l.close();
   return port;
 }
+
+/** Polls `ok` every 50 ms until it answers true; fails after `ms` naming `what`. */
+export async function until(ok: () => Promise<boolean>, what: string, ms = 10_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await ok())) {
+    if (performance.now() > deadline) throw new Error(`timed out after ${ms} ms waiting: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

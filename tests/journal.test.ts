@@ -1,9 +1,9 @@
 /** The release journal in-process: written by a failing DEL, dropped by ADD, bounded, atomic. */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
-import { claimName } from "../lib/claims.ts";
+import { attachmentHash, claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
-import { Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
+import { IN_DOUBT, Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
 import {
   CONTAINER_ID,
   invocation,
@@ -11,7 +11,7 @@ import {
   rejectsWith,
   withTempDir,
 } from "../testing/stub_invocation.ts";
-import { statusReply, StubMilo } from "../testing/stub_milo.ts";
+import { refused, statusReply, StubMilo } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 const attachment = (containerId: string) => ({
@@ -20,6 +20,18 @@ const attachment = (containerId: string) => ({
   network: "vpc-7b3e",
   containerId,
   ifname: "eth0",
+});
+
+/** The entry owing both claims of the default attachment, by name. */
+const entryOfBoth = (created: number, lastError: string): JournalEntry => ({
+  ...attachment(CONTAINER_ID),
+  created,
+  claims: [
+    { name: claimName(attachment(CONTAINER_ID), "ipv4") },
+    { name: claimName(attachment(CONTAINER_ID), "ipv6") },
+  ],
+  attempts: 0,
+  lastError,
 });
 
 function world(dir: string) {
@@ -38,16 +50,7 @@ Deno.test("journal: a failing DEL writes one entry (0600 in a 0700 dir) naming i
     const path = w.journal.pathOf(attachment(CONTAINER_ID));
     assert.ok(e.details.includes(path));
     const entry: JournalEntry = JSON.parse(await Deno.readTextFile(path));
-    assert.deepEqual(entry, {
-      ...attachment(CONTAINER_ID),
-      created: now,
-      claims: [
-        { name: claimName(attachment(CONTAINER_ID), "ipv4") },
-        { name: claimName(attachment(CONTAINER_ID), "ipv6") },
-      ],
-      attempts: 0,
-      lastError: e.message,
-    });
+    assert.deepEqual(entry, entryOfBoth(now, e.message));
     assert.equal((await Deno.stat(path)).mode! & 0o777, 0o600);
     assert.equal((await Deno.stat(w.journal.dir)).mode! & 0o777, 0o700);
     await rejectsWith(del(w.inv("DEL", { now: () => now + 5 })), 11);
@@ -226,5 +229,69 @@ Deno.test("journal: a record made while a release holds the entry waits, and is 
     const [e] = await w.journal.list();
     assert.deepEqual(e.entry?.claims, [{ name: "pod-x-v6" }], "the later record is not lost");
     assert.equal(e.entry?.lastError, "second");
+  });
+});
+
+/** Whether the ADD-in-doubt marker of the attachment `id` is in `dir`'s journal. */
+const inDoubt = (dir: string, id: string) => new Journal(dir).addInDoubt(attachment(id));
+
+Deno.test("journal: an ADD is in doubt while it leases; success or every create answered settles it", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    const during: boolean[] = [];
+    w.stub.inject({
+      method: "POST",
+      times: 2,
+      answer: () => void during.push(inDoubt(dir, CONTAINER_ID)),
+    });
+    await add(w.inv("ADD"));
+    assert.deepEqual(during, [true, true], "marked before its creates went out");
+    assert.equal(inDoubt(dir, CONTAINER_ID), false, "settled by success");
+
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => statusReply(403) });
+    await rejectsWith(add(w.inv("ADD", { containerId: "refused-by-milo" })), 101);
+    assert.equal(inDoubt(dir, "refused-by-milo"), false, "Milo answered every create");
+
+    w.stub.clearFaults();
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    await rejectsWith(add(w.inv("ADD", { containerId: "unanswered" })), 11);
+    assert.equal(inDoubt(dir, "unanswered"), true, "a create without an answer leaves it");
+  });
+});
+
+Deno.test("journal: a DEL after an ADD in doubt records an in-doubt entry that later DELs keep", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    const now = Date.parse("2026-12-01T12:00:00Z");
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    await rejectsWith(add(w.inv("ADD")), 11);
+    w.stub.clearFaults();
+    await del(w.inv("DEL", { now: () => now }));
+    assert.equal(inDoubt(dir, CONTAINER_ID), false, "the DEL settled the marker");
+    const expected: JournalEntry = { ...entryOfBoth(now, IN_DOUBT), inDoubt: true };
+    assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected]);
+    await del(w.inv("DEL", { now: () => now + 1_000 }));
+    assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected], "a repeated DEL");
+    await add(w.inv("ADD"));
+    assert.deepEqual(await w.journal.list(), [], "an ADD that succeeds takes the attachment back");
+  });
+});
+
+Deno.test("journal: markers of ADDs in doubt older than the given age are pruned", async () => {
+  await withTempDir(async (dir) => {
+    const journal = new Journal(dir);
+    journal.beginAdd(attachment("old"));
+    journal.beginAdd(attachment("young"));
+    const path = (await Array.fromAsync(Deno.readDir(journal.dir)))
+      .map((e) => `${journal.dir}/${e.name}`);
+    assert.equal(path.length, 2);
+    const hourAgo = new Date(Date.now() - 3_600_000);
+    const old = path.find((p) => p.includes(attachmentHash(attachment("old"))))!;
+    await Deno.utime(old, hourAgo, hourAgo);
+    await journal.record(attachment("entry"), [{ name: "pod-e-v4" }], "e");
+    assert.equal(journal.pruneMarkers(60_000), 1);
+    assert.equal(journal.addInDoubt(attachment("old")), false);
+    assert.equal(journal.addInDoubt(attachment("young")), true);
+    assert.equal((await journal.list()).length, 1, "entries are not markers");
   });
 });

@@ -317,3 +317,64 @@ Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failure
     assert.deepEqual(await journal.list(), []);
   });
 });
+
+Deno.test("reconcile: an in-doubt entry releases claims landing within the grace, then ends", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const journal = new Journal(w.node.stateDir);
+    const t0 = w.clock.t;
+    const at = (containerId: string) => ({ ...w.addOf(containerId).attachment });
+    const doubt = (id: string) =>
+      journal.recordDoubt(at(id), [claimName(at(id), "ipv4"), claimName(at(id), "ipv6")], t0);
+    /** The claims of `id` as Milo would make them, created `afterMs` after the entry. */
+    const land = (id: string, afterMs: number) =>
+      w.lease(id).map((c) =>
+        w.stub.put({
+          ...c,
+          metadata: { ...c.metadata, creationTimestamp: new Date(t0 + afterMs).toISOString() },
+        })
+      );
+    await doubt("late");
+    await doubt("never");
+    await doubt("too-late");
+    const [late4, late6] = land("late", 5_000);
+    w.stub.remove(late6.metadata.name);
+    const until = new Date(t0 + GRACE_MS).toISOString();
+    journal.beginAdd(at("killed"));
+
+    w.clock.t = t0 + 10_000;
+    const first = await w.run();
+    assert.deepEqual(first.released.map((x) => [x.via, x.claim]), [[
+      "journal",
+      late4.metadata.name,
+    ]]);
+    assert.deepEqual(keptFor(first, late6), [`journal entry in doubt until ${until}`]);
+    assert.deepEqual(first.journal, [], "waiting is no failure");
+    const entries = async () =>
+      Object.fromEntries(
+        (await journal.list()).map((e) => [e.entry!.containerId, e.entry!.claims.length]),
+      );
+    assert.deepEqual(await entries(), { late: 1, never: 2, "too-late": 2 });
+    assert.equal(w.stub.seen("DELETE").length, 1);
+    assert.equal(journal.addInDoubt(at("killed")), true, "a marker younger than the grace stays");
+
+    const [again4] = land("late", 200_000);
+    w.stub.remove(again4.metadata.name);
+    const tooLate = land("too-late", GRACE_MS + 1_000);
+    w.clock.t = t0 + GRACE_MS + 2_000;
+    const second = await w.run();
+    assert.deepEqual(second.released.map((x) => x.claim), [late6.metadata.name]);
+    for (const f of ["ipv4", "ipv6"] as const) {
+      const name = claimName(at("never"), f);
+      assert.deepEqual(second.kept.filter((k) => k.claim === name).map((k) => k.reason), [
+        "journal entry: claim absent",
+      ]);
+    }
+    for (const c of tooLate) {
+      assert.deepEqual(keptFor(second, c), ["journal entry: claim newer than the entry"]);
+      assert.ok(w.stub.get(c.metadata.name), "a claim made after the doubt ended is not its own");
+    }
+    assert.deepEqual(await journal.list(), [], "every in-doubt entry ended");
+    assert.equal(journal.addInDoubt(at("killed")), false, "a marker past the grace is pruned");
+  });
+});

@@ -54,6 +54,43 @@ async function chaos(
   return { restarts, spikes };
 }
 
+/** Longer than milo-dev holds a request it will still handle (a spike: 700 ms + 700 ms jitter). */
+const HELD_MS = 3_000;
+
+/**
+ * Creates that landed after their DEL: an ADD's plugin killed while milo-dev
+ * still held its POST. Each must be owed by an in-doubt entry of its node's
+ * journal, and one reconcile per node releases exactly them; a second, with
+ * no grace, ends the entries whose creates never came. Answers how many landed.
+ */
+async function lateCreates(run: Run): Promise<number> {
+  const { w } = run;
+  assert.equal(w.rt.live.size, 0, "every lifecycle ended with its DEL");
+  await sleep(HELD_MS);
+  const late = (await w.milo.claims()).map((c) => c.metadata.name).sort();
+  const reconcile = async (graceS: number, dryRun = false) => {
+    const reports = [];
+    for (const node of NODE_NAMES) {
+      const r = await w.rt.reconcile(node, { graceS, dryRun });
+      assert.equal(r.code, 0, `reconcile on ${node}: ${r.stdout}${r.stderr}`);
+      reports.push(r.report!);
+    }
+    return reports;
+  };
+  const owed = (await reconcile(600, true)).flatMap((r) => r.journal.flatMap((j) => j.claims));
+  assert.deepEqual(late.filter((c) => !owed.includes(c)), [], "every late claim is journaled");
+  const released = (await reconcile(600)).flatMap((r) => r.released);
+  assert.deepEqual(
+    released.map((x) => `${x.via}:${x.claim}`).sort(),
+    late.map((c) => `journal:${c}`),
+    "reconcile releases exactly the late claims, from the journal",
+  );
+  await reconcile(0);
+  const left = (await reconcile(0, true)).flatMap((r) => r.journal);
+  assert.deepEqual(left, [], "no journal entry is left");
+  return late.length;
+}
+
 export async function churnWithFaults(run: Run, churn: number): Promise<void> {
   const { w } = run;
   const d = newDriver();
@@ -106,5 +143,7 @@ export async function churnWithFaults(run: Run, churn: number): Promise<void> {
   assert.deepEqual(notOnEth0, [], "sampled pods have their address on eth0");
   assert.equal(chaosFigures.restarts.length, 2, "milo-dev killed and restarted twice");
   assert.ok(d.killed > 0, "some plugins were SIGKILLed mid-ADD");
+  run.figures["scenario2:creates landed after their DEL (released by reconcile)"] =
+    await lateCreates(run);
   await assertLedger(run, "scenario 2", 0);
 }
