@@ -100,6 +100,14 @@ export interface ProbeRow {
   cpuMs: number;
 }
 
+/** ADDs started at once: the load point of those that succeeded, every outcome's code, the slowest call of all. */
+export type Burst = LoadPoint & {
+  code11: number;
+  codes: Record<string, number>;
+  /** The slowest call, failed ones included (absent in older reports). */
+  slowestMs?: number;
+};
+
 /** The node agent: latency, CPU, connections, load, burst and memory. */
 export interface AgentResults {
   /** The floor (the agent install's flags) and the thin client's ADD, CHECK, DEL, interleaved. */
@@ -111,8 +119,8 @@ export interface AgentResults {
   steady: { calls: number; adds: number; connections: number; tlsHandshakes: number };
   /** The floor and ADD/DEL through the agent at the same concurrency. */
   throughput: { floor: LoadPoint; add: LoadPoint; del: LoadPoint };
-  /** All ADDs started at once. */
-  burst: LoadPoint & { code11: number; codes: Record<string, number> };
+  /** All ADDs started at once through the agent; `reference` without it (absent in older reports). */
+  burst: Burst & { reference?: Burst };
   /** ADD/DEL pairs sent in-process over the socket; the agent's RSS along the way. */
   soak: {
     pairs: number;
@@ -123,6 +131,8 @@ export interface AgentResults {
     rssStartKiB: number;
     rssCheckpointKiB: number;
     rssEndKiB: number;
+    /** RSS after each tenth of the pairs past the checkpoint (absent in older reports). */
+    rssTraceKiB?: number[];
   };
   /** Plugin calls that fell back to doing the work themselves (the install's counter). */
   fallbacks: number;

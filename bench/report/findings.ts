@@ -24,8 +24,13 @@ export interface Findings {
   budgets: Finding[];
 }
 
-/** The slowest call a 64-ADD burst may take: 0.4 × the 4.8 s measured before the agent. */
-export const BURST_LIMIT_MS = 0.4 * 4_800;
+/**
+ * The slowest call of an ADD burst through the agent may take this share of
+ * the slowest of the same burst without it (issue 10: 0.4 × 4.8 s, measured
+ * on one machine before the agent; reports without a same-run burst use that).
+ */
+export const BURST_SHARE = 0.4;
+const BURST_BEFORE_AGENT_MS = 4_800;
 
 function ratioFinding(
   group: Finding["group"],
@@ -95,13 +100,18 @@ function agentBudgets(r: BenchResults): Finding[] {
       `${s.connections} connections over ${s.calls} calls, ${s.adds} ADDs)`,
     ok: s.calls ? s.tlsHandshakes === 0 : undefined,
   });
-  const b = a.burst;
+  const b = a.burst, ref = b.reference;
+  const refMs = ref?.slowestMs ?? BURST_BEFORE_AGENT_MS;
+  const limitMs = BURST_SHARE * refMs;
+  const slowest = b.slowestMs ?? b.summary.max;
   out.push({
     group: "agent",
-    what: `burst of ${b.n} ADDs at once: no code 11, slowest ≤ 0.4 × 4.8 s`,
-    limit: `0, ≤ ${fmtMs(BURST_LIMIT_MS)} ms`,
-    figure: `${b.code11} code 11, ${b.failures} failed, slowest ${fmtMs(b.summary.max)} ms`,
-    ok: b.n ? b.code11 === 0 && b.summary.max <= BURST_LIMIT_MS : undefined,
+    what: `burst of ${b.n} ADDs at once: no code 11, slowest ≤ ${BURST_SHARE} × ` +
+      (ref ? "the same burst's slowest without the agent" : "4.8 s"),
+    limit: `0, ≤ ${fmtMs(limitMs)} ms`,
+    figure: `${b.code11} code 11, ${b.failures} failed, slowest ${fmtMs(slowest)} ms` +
+      (ref ? ` (without the agent: ${fmtMs(refMs)} ms, ${ref.failures} failed)` : ""),
+    ok: b.n ? b.code11 === 0 && b.failures === 0 && slowest <= limitMs : undefined,
   });
   const m = a.soak;
   const growth = m.rssEndKiB / m.rssCheckpointKiB - 1;

@@ -26,7 +26,8 @@ export function agentSection(r: BenchResults): string {
   });
   const floor = find(a.series, "floor");
   const t = a.throughput, b = a.burst, m = a.soak;
-  const codes = Object.entries(b.codes).map(([c, n]) => `${n}× ${c === "0" ? "ok" : `code ${c}`}`);
+  const outcomes = (codes: Record<string, number>) =>
+    Object.entries(codes).map(([c, n]) => `${n}× ${c === "0" ? "ok" : `code ${c}`}`).join(", ");
   return [
     "One call in flight, the thin client's process (spawn to exit) beside the bare floor with",
     "the agent install's flags, alternating (ms):",
@@ -47,15 +48,20 @@ export function agentSection(r: BenchResults): string {
       loadRow("bare floor", t.floor),
       loadRow("ADD via the agent", t.add),
       loadRow("DEL via the agent", t.del),
+      ...(b.reference ? [loadRow(`burst without the agent: ${b.n} at once`, b.reference)] : []),
       loadRow(`burst: ${b.n} ADDs at once`, b),
     ]),
     "",
-    `Burst outcomes: ${codes.join(", ")}.`,
+    `Burst outcomes: ${outcomes(b.codes)}` +
+    (b.reference ? `; without the agent: ${outcomes(b.reference.codes)}.` : "."),
     "",
     `Memory: ${m.pairs} ADD/DEL pairs sent in-process over the socket (${m.inFlight} in flight, ` +
     `${(m.wallMs / 1000).toFixed(0)} s, ${m.failures} failed calls): agent RSS ` +
     `${fmtMiB(m.rssStartKiB)} MiB after the warm-up, ${fmtMiB(m.rssCheckpointKiB)} MiB after ` +
-    `${m.checkpoint} pairs, ${fmtMiB(m.rssEndKiB)} MiB after ${m.pairs}.`,
+    `${m.checkpoint} pairs, ${fmtMiB(m.rssEndKiB)} MiB after ${m.pairs}` +
+    (m.rssTraceKiB?.length
+      ? `; after each tenth past the checkpoint: ${m.rssTraceKiB.map(fmtMiB).join(", ")} MiB.`
+      : "."),
     "",
     `Connections at milo-dev during the ${a.steady.calls} measured calls (after ` +
     `${r.warmup} warm-up rounds and 15 in-process pairs): ${a.steady.connections} new ` +

@@ -8,9 +8,10 @@ import { holderOf, KEYS } from "../../lib/claims.ts";
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import type { IPClaim } from "../../lib/milo_objects.ts";
 import { callSocket } from "../agent_socket.ts";
-import { type AgentResults, type LoadPoint, summarize } from "../model.ts";
+import { type AgentResults, type Burst, type LoadPoint, summarize } from "../model.ts";
 import type { Plan } from "../plan.ts";
 import { brief, cniEnv, execTimed, ok, pool, type Ran, rssKiB, say } from "../proc.ts";
+import type { TestPlugin } from "../../testing/plugin.ts";
 import type { World } from "../world.ts";
 
 /** N calls of `fn` with at most `inFlight` at once. */
@@ -52,14 +53,13 @@ export async function throughputRun(w: World, plan: Plan): Promise<AgentResults[
   return { floor: floor.point, add: add.point, del: del.point };
 }
 
-/** B ADDs started at once through the agent; then their DELs, untimed. */
-export async function burstRun(w: World, plan: Plan): Promise<AgentResults["burst"]> {
-  say(`agent burst: ${plan.burst} ADDs at once`);
-  const conf = w.g.netConf();
+/** B ADDs started at once by `p`'s installed plugin; then their DELs, untimed. */
+async function burstOf(p: TestPlugin, n: number, tag: string): Promise<Burst> {
+  const conf = p.netConf();
   const { point, results } = await load(
-    plan.burst,
-    plan.burst,
-    (i) => w.g.run({ command: "ADD", containerId: `burst-${i}`, stdin: conf }),
+    n,
+    n,
+    (i) => p.run({ command: "ADD", containerId: `${tag}-${i}`, stdin: conf }),
   );
   const codes: Record<string, number> = {};
   for (const r of results) {
@@ -67,13 +67,25 @@ export async function burstRun(w: World, plan: Plan): Promise<AgentResults["burs
     codes[code] = (codes[code] ?? 0) + 1;
   }
   const dels = await pool(
-    plan.burst,
+    n,
     8,
-    (i) => w.g.run({ command: "DEL", containerId: `burst-${i}`, stdin: conf }),
+    (i) => p.run({ command: "DEL", containerId: `${tag}-${i}`, stdin: conf }),
   );
   const stuck = dels.filter((r) => !ok(r)).length;
   if (stuck) say(`  ${stuck} DELs after the burst failed`);
-  return { ...point, code11: codes["11"] ?? 0, codes };
+  const slowestMs = Math.max(...results.map((r) => r.ms));
+  return { ...point, code11: codes["11"] ?? 0, codes, slowestMs };
+}
+
+/**
+ * The burst without the agent first (install `a`: each call does the work
+ * itself, as before the agent), then the same burst through the agent.
+ */
+export async function burstRun(w: World, plan: Plan): Promise<AgentResults["burst"]> {
+  say(`burst without the agent: ${plan.burst} ADDs at once`);
+  const reference = await burstOf(w.a, plan.burst, "burst-alone");
+  say(`agent burst: ${plan.burst} ADDs at once`);
+  return { ...await burstOf(w.g, plan.burst, "burst"), reference };
 }
 
 function parseCode(stdout: string): number | "none" {
@@ -116,10 +128,12 @@ export async function soakRun(w: World, plan: Plan, pid: number): Promise<AgentR
   const rest = plan.soakPairs - plan.soakCheckpoint;
   const step = Math.max(1, Math.ceil(rest / 10));
   let failures = first.failures;
+  const rssTraceKiB: number[] = [];
   for (let done = 0; done < rest; done += step) {
     const n = Math.min(step, rest - done);
     failures += (await pairs(w, "soak", n, inFlight, plan.soakCheckpoint + done)).failures;
-    say(`  ${plan.soakCheckpoint + done + n} pairs, agent RSS ${(await rssKiB(pid)) >> 10} MiB`);
+    rssTraceKiB.push(await rssKiB(pid));
+    say(`  ${plan.soakCheckpoint + done + n} pairs, agent RSS ${rssTraceKiB.at(-1)! >> 10} MiB`);
   }
   return {
     pairs: plan.soakPairs,
@@ -130,6 +144,7 @@ export async function soakRun(w: World, plan: Plan, pid: number): Promise<AgentR
     rssStartKiB,
     rssCheckpointKiB,
     rssEndKiB: await rssKiB(pid),
+    rssTraceKiB,
   };
 }
 
