@@ -22,8 +22,8 @@ import { within } from "./timers.ts";
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
 /**
- * An acknowledgement this close to the caller's own give-up time (its node
- * config's requestMs) may have reached it too late: it then did the call itself.
+ * An acknowledgement this close to the caller's own give-up time (its
+ * `giveUpAt`) may have reached it too late: it then did the call itself.
  */
 const ACK_MARGIN_MS = 250;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
@@ -210,7 +210,8 @@ export class Agent {
       },
     });
     const node = reply.node;
-    const acked = node && ackedAt < header.started + node.timeouts.requestMs - ACK_MARGIN_MS;
+    const giveUpAt = header.giveUpAt ?? (node && header.started + node.timeouts.requestMs);
+    const acked = node && giveUpAt !== undefined && ackedAt < giveUpAt - ACK_MARGIN_MS;
     if (node && acked && gone.aborted && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
       const undo = await invoke({ env: del, stdin, started: Date.now() }, {

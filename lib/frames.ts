@@ -12,7 +12,14 @@ export const MAX_FRAME_BYTES = 2 * 1024 * 1024;
 export interface RequestHeader {
   v: 1;
   env: Record<string, string>;
+  /** When the plugin process started (ms since epoch); totalMs counts from here. */
   started: number;
+  /**
+   * When the plugin stops waiting for the agent's first frame and does the
+   * work itself (ms since epoch); absent from older plugins, which gave up at
+   * `started` + their node's requestMs.
+   */
+  giveUpAt?: number;
 }
 
 /** What the agent answers. */

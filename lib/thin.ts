@@ -3,8 +3,8 @@
  * invocation (CNI environment, stdin, its start time) over the agent's unix
  * socket and prints the agent's reply. It imports no handler, no Milo client
  * and no schema; when the agent is absent, refuses, or is stuck for
- * `requestMs` (taking the request or acknowledging it, counted from the
- * process's start), the caller does the work itself.
+ * `requestMs` (taking the request or acknowledging it, counted from
+ * connecting), the caller does the work itself.
  */
 import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
 import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
@@ -14,8 +14,8 @@ import { within } from "./timers.ts";
 /** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
 const GRACE_MS = 500;
 /**
- * How long connecting, sending the request and the agent's first frame may
- * take together (from the process's start) when the node config does not say.
+ * How long sending the request and the agent's first frame may take together
+ * (from connecting) when the node config does not say.
  */
 const DEFAULT_REQUEST_MS = 2_000;
 
@@ -100,7 +100,10 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     return fallback(`agent socket ${h.socket}: ${err instanceof Error ? err.name : err}`);
   }
   try {
-    return await exchange(conn, { v: 1, env, started }, stdin, h, fallback);
+    // The budget runs from here, not from the process's start: a process that waited long
+    // for a CPU (a node starting many pods at once) still gives the agent its requestMs.
+    const giveUpAt = Date.now() + h.requestMs;
+    return await exchange(conn, { v: 1, env, started, giveUpAt }, stdin, h, fallback);
   } catch (err) {
     return fallback(`agent connection failed: ${err instanceof Error ? err.message : err}`);
   } finally {
@@ -123,14 +126,14 @@ async function exchange(
   // A write or read still pending when the budget ends is cancelled by the
   // caller closing the connection (its rejection is the race's, and ignored).
   const answer = writeRequest(conn, header, stdin).then(() => reader.json<AgentFrame>());
-  // One budget for sending the request and the first frame, counted from the
-  // process's start: an agent that never reads or never answers costs
-  // requestMs. Its timer is made once the request is on its way: the first
-  // one in a process costs about 0.4 ms, spent while the agent works.
+  // One budget for sending the request and the first frame, until giveUpAt:
+  // an agent that never reads or never answers costs requestMs. Its timer is
+  // made once the request is on its way: the first one in a process costs
+  // about 0.4 ms, spent while the agent works.
   const stuck = Symbol("stuck");
   const first = await within<AgentFrame | null | typeof stuck>(
     answer,
-    header.started + h.requestMs - Date.now(),
+    header.giveUpAt! - Date.now(),
     () => stuck,
   );
   if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);

@@ -2,8 +2,8 @@
  * The agent in-process, against milo-dev: what it does with an ADD whose
  * caller hangs up after the acknowledgement. In time, the caller is known to
  * have waited and failed, so the agent undoes the ADD; late (after the
- * caller's own requestMs minus the margin), the caller may have fallen back
- * and leased the same claims itself, so the agent leaves them.
+ * caller's own give-up time minus the margin), the caller may have fallen
+ * back and leased the same claims itself, so the agent leaves them.
  */
 import assert from "node:assert/strict";
 import { Agent } from "../lib/agent.ts";
@@ -38,15 +38,17 @@ async function committed(milo: MiloDev, id: string): Promise<void> {
 }
 
 /**
- * Sends an ADD that says it started `ageMs` ago, reads the ack, waits until
- * its POSTs have committed (their answers still held back), and hangs up.
+ * Sends an ADD whose header says when it started and when it gives up
+ * (`giveUpInMs` from now; absent: an older plugin's header), reads the ack,
+ * waits until its POSTs have committed (their answers still held back), and
+ * hangs up.
  */
 async function addThenHangUp(
   milo: MiloDev,
   socket: string,
   config: string,
   id: string,
-  ageMs: number,
+  t: { ageMs: number; giveUpInMs?: number },
 ) {
   const conn = await Deno.connect({ transport: "unix", path: socket });
   try {
@@ -58,7 +60,9 @@ async function addThenHangUp(
       CNI_PATH: "/opt/cni/bin",
       MILO_IPAM_CONFIG: config,
     };
-    const header: RequestHeader = { v: 1, env, started: Date.now() - ageMs };
+    const now = Date.now();
+    const header: RequestHeader = { v: 1, env, started: now - t.ageMs };
+    if (t.giveUpInMs !== undefined) header.giveUpAt = now + t.giveUpInMs;
     await writeRequest(conn, header, new TextEncoder().encode(JSON.stringify(NET_CONF)));
     const first = await new FrameReader(conn).json<AgentFrame>();
     assert.equal(first?.kind, "ack", "the agent acknowledges before Milo answers");
@@ -106,11 +110,21 @@ Deno.test("agent: an ADD whose caller hung up after a timely ack is undone; afte
   await withAgent(async (milo, agent, config) => {
     // POSTs commit, then their answers wait: the hang-up is seen while the ADD is in flight.
     await milo.setFaults({ hangRate: 1, hangMs: 600, faultPoint: "after", methods: ["POST"] });
-    await addThenHangUp(milo, agent.socket, config, "timely", 0);
-    await addThenHangUp(milo, agent.socket, config, "late", REQUEST_MS - 100);
+    const at = (id: string, t: { ageMs: number; giveUpInMs?: number }) =>
+      addThenHangUp(milo, agent.socket, config, id, t);
+    await at("timely", { ageMs: 0, giveUpInMs: REQUEST_MS });
+    // Started long ago (a process that waited for a CPU), connected just now.
+    await at("starved", { ageMs: 3 * REQUEST_MS, giveUpInMs: REQUEST_MS });
+    await at("late", { ageMs: 0, giveUpInMs: 100 });
+    await at("old-timely", { ageMs: 0 });
+    await at("old-late", { ageMs: REQUEST_MS - 100 });
     // stop() waits for the calls in flight, the undo included.
     await agent.stop();
-    assert.equal(await held(milo, "timely"), 0, "undone: its caller waited and saw it fail");
-    assert.equal(await held(milo, "late"), 2, "kept: its caller may have fallen back to these");
+    for (const id of ["timely", "starved", "old-timely"]) {
+      assert.equal(await held(milo, id), 0, `${id} undone: its caller waited and saw it fail`);
+    }
+    for (const id of ["late", "old-late"]) {
+      assert.equal(await held(milo, id), 2, `${id} kept: its caller may have fallen back`);
+    }
   });
 });
