@@ -210,8 +210,8 @@ export class Agent {
       },
     });
     const node = reply.node;
-    const giveUpAt = header.giveUpAt ?? (node && header.started + node.timeouts.requestMs);
-    const acked = node && giveUpAt !== undefined && ackedAt < giveUpAt - ACK_MARGIN_MS;
+    const giveUpAt = node && (header.giveUpAt ?? header.started + node.timeouts.requestMs);
+    const acked = giveUpAt !== undefined && ackedAt < giveUpAt - ACK_MARGIN_MS;
     if (node && acked && gone.aborted && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
       const undo = await invoke({ env: del, stdin, started: Date.now() }, {

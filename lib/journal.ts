@@ -127,19 +127,11 @@ export class Journal {
    * Records that the released claims `names` of `a` may still appear (an ADD
    * in doubt), replacing what the entry owed: the caller just released it all.
    */
-  async recordDoubt(a: Attachment, names: string[], now = Date.now()): Promise<string> {
-    const path = this.pathOf(a);
-    await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
-    const lock = await lockFile(path);
-    try {
-      const old = await this.#read(path);
-      const entry = entryOf(a, old?.created ?? now, names.map((name) => ({ name })), IN_DOUBT);
-      if (!old) await this.#makeRoom();
-      await writeAtomic(path, { ...entry, inDoubt: true });
-    } finally {
-      lock?.close();
-    }
-    return path;
+  recordDoubt(a: Attachment, names: string[], now = Date.now()): Promise<string> {
+    return this.#write(a, (old) => ({
+      ...entryOf(a, old?.created ?? now, names.map((name) => ({ name })), IN_DOUBT),
+      inDoubt: true,
+    }));
   }
 
   /**
@@ -169,39 +161,44 @@ export class Journal {
    * Records (or extends) the entry of `a` with `claims` and the error that
    * left them, under the entry's lock (`held`: the caller holds it already).
    */
-  async record(
+  record(
     a: Attachment,
     claims: JournalClaim[],
     error: string,
     now = Date.now(),
     held?: JournalHold | null,
   ): Promise<string> {
+    return this.#write(a, (old) => {
+      const byName = new Map((old?.claims ?? []).map((c) => [c.name, c]));
+      for (const c of claims) byName.set(c.name, { ...byName.get(c.name), ...c });
+      const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);
+      entry.attempts = old?.attempts ?? 0;
+      if (old?.inDoubt) entry.inDoubt = true;
+      return entry;
+    }, held);
+  }
+
+  /**
+   * Writes the entry of `a` that `next` makes of the current one, under the
+   * entry's lock (`held`: the caller holds it already); answers its path.
+   */
+  async #write(
+    a: Attachment,
+    next: (old: JournalEntry | undefined) => JournalEntry,
+    held?: JournalHold | null,
+  ): Promise<string> {
     const path = this.pathOf(a);
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
     const lock = held?.path === path ? null : await lockFile(path);
     try {
-      await this.#merge(a, path, claims, error, now);
+      const old = await this.#read(path);
+      const entry = next(old);
+      if (!old) await this.#makeRoom();
+      await writeAtomic(path, entry);
     } finally {
       lock?.close();
     }
     return path;
-  }
-
-  async #merge(
-    a: Attachment,
-    path: string,
-    claims: JournalClaim[],
-    error: string,
-    now: number,
-  ): Promise<void> {
-    const old = await this.#read(path);
-    const byName = new Map((old?.claims ?? []).map((c) => [c.name, c]));
-    for (const c of claims) byName.set(c.name, { ...byName.get(c.name), ...c });
-    const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);
-    entry.attempts = old?.attempts ?? 0;
-    if (old?.inDoubt) entry.inDoubt = true;
-    if (!old) await this.#makeRoom();
-    await writeAtomic(path, entry);
   }
 
   /**

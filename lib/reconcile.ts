@@ -146,10 +146,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     journal: [],
     errors: [],
   };
-  const journaled = await finishJournal(o, milo, report);
-  if (!o.dryRun) {
-    new Journal(node.stateDir).pruneMarkers(Math.max(o.graceMs, node.timeouts.totalMs), now());
-  }
+  const journaled = await finishJournal(o, milo, now, report);
   const live = new Set(
     (await readResultCache(node.resultsDir)).map((a) => key(a.network, a.containerId, a.ifname)),
   );
@@ -233,14 +230,14 @@ async function releaseOrphan(
   return r === "released" ? r : "claim changed or vanished on re-check";
 }
 
-/** Releases journaled claims; answers the names it dealt with. */
+/** Releases journaled claims and prunes old ADD-in-doubt markers; answers the names it dealt with. */
 async function finishJournal(
   o: ReconcileOptions,
   milo: () => MiloClient,
+  now: () => number,
   report: ReconcileReport,
 ): Promise<Set<string>> {
   const journal = new Journal(o.node.stateDir);
-  const now = o.now ?? Date.now;
   const names = new Set<string>();
   for (const { path, entry, error } of await journal.list()) {
     if (!entry) {
@@ -286,6 +283,7 @@ async function finishJournal(
       if (left.length) report.journal.push({ ...summary(path, rest!), lastError });
     });
   }
+  if (!o.dryRun) journal.pruneMarkers(Math.max(o.graceMs, o.node.timeouts.totalMs), now());
   return names;
 }
 

@@ -117,7 +117,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
 
 async function exchange(
   conn: Deno.UnixConn,
-  header: RequestHeader,
+  header: RequestHeader & { giveUpAt: number },
   stdin: Uint8Array,
   h: Hints,
   fallback: (reason: string) => AgentOutcome,
@@ -133,7 +133,7 @@ async function exchange(
   const stuck = Symbol("stuck");
   const first = await within<AgentFrame | null | typeof stuck>(
     answer,
-    header.giveUpAt! - Date.now(),
+    header.giveUpAt - Date.now(),
     () => stuck,
   );
   if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
