@@ -8,7 +8,7 @@ import { KEYS } from "../lib/claims.ts";
 import { MAX_STDIN_BYTES } from "../lib/stdin.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { assertOk, freePort, ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+import { assertOk, freePort, ipsOf, PLUGIN_SEED, TOKEN, until } from "../testing/process.ts";
 
 /**
  * A stuck agent on `path`: it accepts connections, never reads them and never
@@ -39,6 +39,15 @@ const via = async (logFile: string, containerId: string) =>
       l.via + (l.fallback ? `:${l.fallback}` : "")
     );
 
+/**
+ * The log lines of `containerId` once there are `n` of them: the agent writes
+ * its line after the reply, so the plugin may have exited before it is there.
+ */
+async function logged(logFile: string, containerId: string, n = 1): Promise<string[]> {
+  await until(async () => (await via(logFile, containerId)).length >= n, `log of ${containerId}`);
+  return await via(logFile, containerId);
+}
+
 Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck or killed", async (t) => {
   const milo = await startMiloDev({ seed: PLUGIN_SEED });
   const metrics = `127.0.0.1:${freePort()}`;
@@ -63,7 +72,7 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
       assert.equal(dir.mode! & 0o077, 0, "the socket's directory admits no one else");
       const add = await p.run({ command: "ADD", containerId: "warm", stdin: conf });
       assertOk(add);
-      assert.deepEqual(await via(p.logFile, "warm"), ["agent"]);
+      assert.deepEqual(await logged(p.logFile, "warm"), ["agent"]);
       const again = await p.run({ command: "ADD", containerId: "alone", stdin: conf });
       assertOk(again);
       assert.equal((await milo.listClaims("tenant-a", `${KEYS.containerId}=alone`)).length, 2);
@@ -73,9 +82,16 @@ Deno.test("agent: answers calls, serves metrics, falls back when absent, stuck o
       "metrics: calls by verb and code, Milo requests by method and status",
       async () => {
         assertOk(await p.run({ command: "DEL", containerId: "warm", stdin: conf }));
-        const text = await (await fetch(`http://${metrics}/metrics`)).text();
-        assert.match(text, /milo_ipam_calls_total\{verb="ADD",code="0"\} 2/);
-        assert.match(text, /milo_ipam_calls_total\{verb="DEL",code="0"\} 1/);
+        // The agent counts a call after its reply: the plugin may have exited first.
+        const counted = [
+          /milo_ipam_calls_total\{verb="ADD",code="0"\} 2/,
+          /milo_ipam_calls_total\{verb="DEL",code="0"\} 1/,
+        ];
+        let text = "";
+        await until(async () => {
+          text = await (await fetch(`http://${metrics}/metrics`)).text();
+          return counted.every((re) => re.test(text));
+        }, "two ADDs and a DEL counted in the metrics");
         assert.match(text, /milo_ipam_milo_requests_total\{method="POST",status="201"\} 2/);
         assert.match(text, /milo_ipam_call_duration_seconds_count\{verb="ADD"\} 2/);
         assert.match(text, /# TYPE milo_ipam_fallbacks_total counter/);
@@ -265,7 +281,7 @@ Deno.test("agent: a call it answers loads only the thin client's modules", async
     const conf = p.netConf();
     assertOk(await p.run({ command: "ADD", containerId: "thin", stdin: conf, timeoutMs: 10_000 }));
     assertOk(await p.run({ command: "DEL", containerId: "thin", stdin: conf, timeoutMs: 10_000 }));
-    assert.deepEqual(await via(p.logFile, "thin"), ["agent", "agent"]);
+    assert.deepEqual(await logged(p.logFile, "thin", 2), ["agent", "agent"]);
   } finally {
     await p.cleanup();
     await milo.stop();
