@@ -91,19 +91,22 @@ async function load(bundle: string, cpu: Cpu) {
   });
   const bundleLoadCpu = cpu.ms(cpu.usage(c0));
   const [mods, libLoad] = await timed(async () => {
-    const [add, claims, cni, config, netconf, log, milo, http, stdin, journal] = await Promise.all([
-      import("../lib/add.ts"),
-      import("../lib/claims.ts"),
-      import("../lib/cni.ts"),
-      import("../lib/config.ts"),
-      import("../lib/netconf.ts"),
-      import("../lib/log.ts"),
-      import("../lib/milo.ts"),
-      import("../lib/http.ts"),
-      import("../lib/stdin.ts"),
-      import("../lib/journal.ts"),
-    ]);
-    return { add, claims, cni, config, netconf, log, milo, http, stdin, journal };
+    const [add, claims, cni, config, netconf, log, milo, http, stdin, journal, holdings] =
+      await Promise
+        .all([
+          import("../lib/add.ts"),
+          import("../lib/claims.ts"),
+          import("../lib/cni.ts"),
+          import("../lib/config.ts"),
+          import("../lib/netconf.ts"),
+          import("../lib/log.ts"),
+          import("../lib/milo.ts"),
+          import("../lib/http.ts"),
+          import("../lib/stdin.ts"),
+          import("../lib/journal.ts"),
+          import("../lib/holdings.ts"),
+        ]);
+    return { add, claims, cni, config, netconf, log, milo, http, stdin, journal, holdings };
   });
   return { mods, bundleLoad, bundleLoadCpu, libLoad };
 }
@@ -161,6 +164,9 @@ async function runAdd(m: Mods, p: Awaited<ReturnType<typeof prepare>>, cpu: Cpu)
     milo: mc,
     rollback: mc,
     journal: new m.journal.Journal(p.node.stateDir),
+    holdings: new m.holdings.Holdings(p.node.stateDir),
+    deadline: Date.now() + p.conf.network.timeouts.totalMs,
+    callId: crypto.randomUUID(),
     now: Date.now,
   });
   const handlerEnd = performance.now();

@@ -1,8 +1,9 @@
-import { claimBody, holderOf, isHeldBy, leaseOf } from "./claims.ts";
+import { claimBody, describeHolder, holderOf, leaseOf, mismatches } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
 import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import type { Holding } from "./holdings.ts";
 import type { JournalHold } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -16,31 +17,61 @@ type Held = Lease & { name: string; uid?: string };
  * releases the other within the reserved rollback slice of `totalMs`; what
  * the rollback did is part of the error. The attachment's lock is held
  * throughout (a concurrent ADD or DEL of it waits), and so is a release
- * journal entry of it, dropped only when the ADD succeeds. The ADD stays
- * marked in doubt (see lib/journal.ts) unless it succeeded or Milo answered
- * every create it sent.
+ * journal entry of it, dropped only when the ADD succeeded. The node's record
+ * (lib/holdings.ts) says `adding` before the first create and `held` once the
+ * ADD succeeded; when the ADD failed and Milo answered every create it sent
+ * it is what it was before (an earlier ADD's lease, or none), and left
+ * `adding` (in doubt) otherwise. Refused while the
+ * journal is full (lib/journal.ts).
  */
 export const add: Handler = async (inv) => {
+  if (inv.journal.isFull()) {
+    throw new CniError(
+      "transient",
+      `${inv.journal.max} or more releases are owed to Milo: ADD refused until reconcile makes them`,
+      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers`,
+    );
+  }
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
     const entry = await inv.journal.hold(inv.attachment);
+    const previous = inv.holdings.read(inv.attachment);
     let leased = false;
     try {
-      inv.journal.beginAdd(inv.attachment);
-      const done = await leaseAll(inv, entry);
+      const names = claimNamesOf(inv);
+      inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
+      const held = await leaseAll(inv, entry);
+      const claims = held.map((h) => ({ name: h.name, uid: h.uid }));
+      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
       await entry?.remove();
       leased = true;
-      return done;
+      return {
+        output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
+        claims: claimNamesOf(inv),
+      };
     } finally {
       entry?.close();
-      if (leased || inv.milo.unansweredCreates === 0) inv.journal.settleAdd(inv.attachment);
+      if (!leased && inv.milo.unansweredCreates === 0) settle(inv, previous);
     }
   } finally {
     lock.close();
   }
 };
 
-async function leaseAll(inv: Invocation, entry: JournalHold | null) {
+/**
+ * Puts back the record from before a failed ADD whose creates Milo all
+ * answered (an earlier ADD's lease stays recorded), or removes it; never throws.
+ */
+function settle(inv: Invocation, previous: Holding | undefined): void {
+  try {
+    if (previous?.state === "held") inv.holdings.put(inv.attachment, previous);
+    else inv.holdings.remove(inv.attachment);
+  } catch {
+    // Left `adding`: the DEL after it journals its claims in doubt, which costs a wait only.
+  }
+}
+
+async function leaseAll(inv: Invocation, entry: JournalHold | null): Promise<Held[]> {
   const families = familiesOf(inv.conf.network);
   const settled = await Promise.allSettled(families.map((f) => leaseFamily(inv, f, entry)));
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
@@ -51,10 +82,7 @@ async function leaseAll(inv: Invocation, entry: JournalHold | null) {
     const notes = await Promise.all(held.map((h) => rollBack(inv, h, e.message, entry)));
     throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
   }
-  return {
-    output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
-    claims: claimNamesOf(inv),
-  };
+  return held;
 }
 
 async function leaseFamily(
@@ -66,7 +94,7 @@ async function leaseFamily(
   const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family);
   const name = (body.metadata as { name: string }).name;
   const created = await inv.milo.createClaim(body);
-  const claim = created ?? await ownExisting(inv, name, net.classes[family]!);
+  const claim = created ?? await ownExisting(inv, name, net.classes[family]!, body);
   const phase = claim.status.phase;
   if (phase !== "Bound") {
     const outcome = phase === "Releasing" || phase === "Pending" ? "transient" : "rejected";
@@ -86,8 +114,19 @@ async function leaseFamily(
   }
 }
 
-/** The claim `name` that already exists, if it is this attachment's own with the right class. */
-async function ownExisting(inv: Invocation, name: string, className: string): Promise<IPClaim> {
+/**
+ * The claim `name` that already exists, when it is this attachment's own
+ * with the right class: recorded for this node, host, network and pod. One
+ * recorded for another pod on this node and host (the runtime gave the same
+ * container ID to a new pod, so the old one's sandbox is gone) is released by
+ * its uid and made again; any other holder fails the ADD, naming it.
+ */
+async function ownExisting(
+  inv: Invocation,
+  name: string,
+  className: string,
+  body: Record<string, unknown>,
+): Promise<IPClaim> {
   const claim = await inv.milo.getClaim(name);
   if (!claim) {
     throw new CniError(
@@ -96,14 +135,25 @@ async function ownExisting(inv: Invocation, name: string, className: string): Pr
       "retry the ADD",
     );
   }
-  if (!isHeldBy(claim, inv.attachment)) {
-    const h = holderOf(claim);
+  const differs = mismatches(claim, inv.attachment);
+  const uid = claim.metadata.uid;
+  const reused = differs.length === 1 && differs[0] === "pod" &&
+    holderOf(claim).host === inv.attachment.host;
+  if (reused && uid) {
+    await inv.milo.releaseClaim(name, uid);
+    const made = await inv.milo.createClaim(body);
+    if (made) return made;
+    throw new CniError(
+      "transient",
+      `claim ${name} of another pod was released, and made again by another call before this one`,
+      "retry the ADD",
+    );
+  }
+  if (differs.length) {
     throw new CniError(
       "conflict",
-      `claim ${name} exists and is held by another attachment`,
-      `held by cluster=${h.cluster ?? "?"} container=${h.containerId ?? "?"} ifname=${
-        h.ifname ?? "?"
-      }`,
+      `claim ${name} exists and is held by another holder (${differs.join(", ")} differ)`,
+      `held by ${describeHolder(claim)}`,
     );
   }
   if (claim.spec.className !== className) {

@@ -21,11 +21,6 @@ import { within } from "./timers.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
-/**
- * An acknowledgement this close to the caller's own give-up time (its
- * `giveUpAt`) may have reached it too late: it then did the call itself.
- */
-const ACK_MARGIN_MS = 250;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
 
@@ -141,14 +136,22 @@ export class Agent {
       const got = await within(read, REQUEST_READ_MS, () => null);
       if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
       const [header, stdin] = got;
-      // The caller's process may be killed by its runtime; its connection then closes.
+      // The caller's process may be killed by its runtime (its connection then closes), or
+      // stop waiting and do the call itself (it says so first).
       const gone = new AbortController();
-      reader.closed().then(() => gone.abort());
+      const caller = { tookOver: false };
+      reader.control().then((why) => {
+        caller.tookOver = why === "fallback";
+        gone.abort();
+      });
       // Frames go out one after the other: the ack may still be writing when the reply is ready.
       let sending = Promise.resolve();
       const send = (frame: AgentFrame) =>
         sending = sending.then(() => writeJson(conn, frame)).catch(() => {});
-      const reply = await this.#inLane(header, () => this.#call(header, stdin, gone.signal, send));
+      const reply = await this.#inLane(
+        header,
+        () => this.#call(header, stdin, gone.signal, caller, send),
+      );
       if (!reply) return;
       const stdout = reply.stdout ? JSON.stringify(reply.stdout) + "\n" : "";
       await send({ kind: "reply", exitCode: reply.exitCode, stdout });
@@ -188,33 +191,30 @@ export class Agent {
 
   /**
    * One call, or nothing when its caller left before its turn. An ADD whose
-   * caller is gone is undone (a DEL of the same attachment): its runtime saw
-   * it fail. Only when the caller had its acknowledgement in time: a caller
-   * that got none falls back and may have leased the same claim itself.
+   * caller is gone without taking the call over is undone (a DEL of the same
+   * attachment): its runtime saw it fail. The undo releases nothing unless
+   * this ADD is still the attachment's last recorded one (lib/del.ts): a
+   * caller that fell back, or a runtime's retry, may hold the same claims.
    */
   async #call(
     header: RequestHeader,
     stdin: Uint8Array,
     gone: AbortSignal,
+    caller: { tookOver: boolean },
     send: (frame: AgentFrame) => void,
   ): Promise<Reply | undefined> {
     if (gone.aborted) return undefined;
     const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
-    let ackedAt = Infinity;
-    const reply = await invoke({ env, stdin, started: header.started }, {
+    const callId = crypto.randomUUID();
+    const reply = await invoke({ env, stdin, started: header.started, callId }, {
       nodeConfig: () => readNodeConfig(env),
       openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone),
-      onDeadline: (deadline, cniVersion) => {
-        ackedAt = Date.now();
-        send({ kind: "ack", deadline, cniVersion });
-      },
+      onDeadline: (deadline, cniVersion) => send({ kind: "ack", deadline, cniVersion }),
     });
     const node = reply.node;
-    const giveUpAt = node && (header.giveUpAt ?? header.started + node.timeouts.requestMs);
-    const acked = giveUpAt !== undefined && ackedAt < giveUpAt - ACK_MARGIN_MS;
-    if (node && acked && gone.aborted && reply.record.verb === "ADD") {
+    if (node && gone.aborted && !caller.tookOver && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
-      const undo = await invoke({ env: del, stdin, started: Date.now() }, {
+      const undo = await invoke({ env: del, stdin, started: Date.now(), undoOf: callId }, {
         nodeConfig: () => Promise.resolve(node),
         openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
       });
@@ -289,11 +289,17 @@ export class Agent {
       const waiting = r.kept.filter((k) => /absent|younger/.test(k.reason)).length;
       this.metrics.reconcileCandidates.add({}, waiting + r.released.length);
       for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
-      await this.#logger.write(r.errors.length ? "error" : "info", {
+      if (r.brake) this.metrics.reconcileBrakes.add({ reason: r.brake.reason });
+      this.metrics.otherHostClaims.set(r.otherHosts.reduce((n, h) => n + h.claims, 0));
+      const odd = r.brake || r.otherHosts.length;
+      const level = r.errors.length ? "error" : odd ? "warn" : "info";
+      await this.#logger.write(level, {
         verb: "RECONCILE",
         node: r.node,
         released: r.released.map((x) => x.claim),
         kept: r.kept.length,
+        ...(r.brake ? { brake: r.brake } : {}),
+        ...(r.otherHosts.length ? { otherHosts: r.otherHosts } : {}),
         journal: r.journal,
         errors: r.errors,
         durationMs: Date.now() - startedAt,

@@ -1,11 +1,12 @@
-import { claimName, holderOf, isHeldBy, leaseOf } from "./claims.ts";
+import { claimName, describeHolder, leaseOf, mismatches } from "./claims.ts";
 import { CniError, settleAll } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 
 /**
- * CHECK: each family's claim must exist in Milo, be Bound, be held by this
- * attachment, and lease the address that `prevResult` reports.
+ * CHECK: each family's claim must exist in Milo, be Bound, record this
+ * attachment's holder (node, host, network, pod), and lease the address that
+ * `prevResult` reports.
  */
 export const check: Handler = async (inv) => {
   const claims = await settleAll(familiesOf(inv.conf.network).map((f) => checkFamily(inv, f)));
@@ -17,12 +18,12 @@ async function checkFamily(inv: Invocation, family: Family): Promise<string> {
   const fam = miloFamily(family);
   const claim = await inv.milo.getClaim(name);
   if (!claim) throw new CniError("check", `no ${fam} lease in Milo: claim ${name} is missing`);
-  if (!isHeldBy(claim, inv.attachment)) {
-    const h = holderOf(claim);
+  const differs = mismatches(claim, inv.attachment);
+  if (differs.length) {
     throw new CniError(
       "check",
-      `claim ${name} is held by another attachment`,
-      `container=${h.containerId ?? "?"} ifname=${h.ifname ?? "?"}`,
+      `claim ${name} is held by another holder (${differs.join(", ")} differ)`,
+      `held by ${describeHolder(claim)}`,
     );
   }
   if (claim.status.phase !== "Bound") {

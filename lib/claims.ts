@@ -13,6 +13,7 @@ import {
   specialUse,
 } from "./ip.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { hostId } from "./host.ts";
 import { sha256Hex } from "./sha256.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
@@ -32,6 +33,7 @@ export const KEYS = {
   family: `${PREFIX}family`,
   vpc: `${PREFIX}vpc`,
   vpcattachment: `${PREFIX}vpcattachment`,
+  host: `${PREFIX}host`,
 } as const;
 
 /** Who holds a lease: one pod interface on one node of one cluster. */
@@ -46,6 +48,8 @@ export interface Attachment {
   podUid?: string;
   vpc?: string;
   vpcattachment?: string;
+  /** The host that makes the claims (see lib/host.ts). */
+  host?: string;
 }
 
 /** Builds the attachment identity of an invocation. */
@@ -53,6 +57,7 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
   return {
     cluster: node.cluster,
     node: node.node,
+    host: hostId(node),
     network: conf.name,
     containerId: env.containerId,
     ifname: env.ifname,
@@ -122,7 +127,7 @@ export function ownership(
     ["vpcattachment", a.vpcattachment],
   ];
   const labels: Record<string, string> = { [KEYS.family]: family };
-  const annotations: Record<string, string> = {};
+  const annotations: Record<string, string> = a.host ? { [KEYS.host]: a.host } : {};
   for (const [key, value] of fields) {
     if (value === undefined) continue;
     labels[KEYS[key]] = labelValue(value);
@@ -161,6 +166,7 @@ export interface Holder {
   ifname?: string;
   pod?: string;
   podUid?: string;
+  host?: string;
 }
 
 /** The holder recorded on a claim. */
@@ -174,7 +180,44 @@ export function holderOf(claim: IPClaim): Holder {
     ifname: ann[KEYS.ifname],
     pod: ann[KEYS.pod],
     podUid: ann[KEYS.podUid],
+    host: ann[KEYS.host],
   };
+}
+
+/** A part of a claim's recorded holder that differs from an attachment's. */
+export type Mismatch = "attachment" | "node" | "host" | "network" | "pod";
+
+/**
+ * What differs between a claim's recorded holder and `a`: the attachment
+ * (cluster, container, interface), the node, the host (a claim made before
+ * host identity records none and is not held against it), the network, the
+ * pod (UID and namespace/name).
+ */
+export function mismatches(claim: IPClaim, a: Attachment): Mismatch[] {
+  const h = holderOf(claim);
+  const pod = a.podName ? `${a.podNamespace ?? ""}/${a.podName}` : undefined;
+  const out: Mismatch[] = [];
+  if (!isHeldBy(claim, a)) out.push("attachment");
+  if (h.node !== a.node) out.push("node");
+  if (h.host !== undefined && h.host !== a.host) out.push("host");
+  if (h.network !== a.network) out.push("network");
+  if (h.podUid !== a.podUid || h.pod !== pod) out.push("pod");
+  return out;
+}
+
+/** The holder a claim records, in one line for an error. */
+export function describeHolder(claim: IPClaim): string {
+  const h = holderOf(claim);
+  return [
+    `cluster=${h.cluster ?? "?"}`,
+    `node=${h.node ?? "?"}`,
+    `host=${h.host ?? "?"}`,
+    `network=${h.network ?? "?"}`,
+    `pod=${h.pod ?? "?"}`,
+    `pod-uid=${h.podUid ?? "?"}`,
+    `container=${h.containerId ?? "?"}`,
+    `ifname=${h.ifname ?? "?"}`,
+  ].join(" ");
 }
 
 /** True when a claim was made by this exact cluster/container/interface. */

@@ -22,8 +22,14 @@ import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam.log";
-/** Default result cache directory of the container runtime (libcni layout). */
+/** Default result cache directory of the container runtime (libcni's default cache dir). */
 export const DEFAULT_RESULTS_DIR = "/var/lib/cni/results";
+/** Default result cache directory of Multus's delegates (its `cniDir`, `/var/lib/cni/multus`). */
+export const MULTUS_RESULTS_DIR = "/var/lib/cni/multus/results";
+/** The libcni result caches reconcile reads when the node config names none. */
+export const DEFAULT_RESULTS_DIRS = [DEFAULT_RESULTS_DIR, MULTUS_RESULTS_DIR];
+/** Where the host's identity is read (systemd's machine-id). */
+export const DEFAULT_HOST_ID_FILE = "/etc/machine-id";
 /** Default directory of milo-ipam's own node state (reconcile state, release journal). */
 export const DEFAULT_STATE_DIR = "/var/lib/milo-ipam";
 
@@ -99,7 +105,11 @@ const nodeShape = {
     }),
     { file: DEFAULT_LOG_FILE, level: "info" },
   ),
-  resultsDir: withDefault(path, DEFAULT_RESULTS_DIR),
+  resultsDir: z.optional(path),
+  resultsDirs: z.optional(
+    z.array(path).check(z.minLength(1, "must name at least one directory"), z.maxLength(16)),
+  ),
+  hostIdFile: withDefault(path, DEFAULT_HOST_ID_FILE),
   stateDir: withDefault(path, DEFAULT_STATE_DIR),
   agent: withDefault(
     z.object({
@@ -173,8 +183,13 @@ export const NodeConfigSchema = z.object({
 export const NetworkConfigSchema = z.object(networkShape);
 
 /** Validated node settings, with the node name resolved and the file it came from. */
-export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node"> & {
+export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "resultsDirs"> & {
   node: string;
+  /**
+   * The libcni result caches of the node's runtimes and meta-plugins:
+   * `resultsDirs`, else `resultsDir` (the runtime's) beside Multus's, else both defaults.
+   */
+  resultsDirs: string[];
   /** The file read. */
   path: string;
   /** Set when the file read lies in the runtimes' network directory (the legacy path). */
@@ -218,11 +233,24 @@ function validate(values: unknown, path: string): Validated {
     const issues = issuesOf(parsed.error, "");
     throw new CniError("config", `node config ${path}: ${issues[0]}`, issues.join("; "));
   }
+  const { resultsDir, resultsDirs } = parsed.data;
+  if (resultsDir !== undefined && resultsDirs !== undefined) {
+    throw new CniError(
+      "config",
+      `node config ${path}: field resultsDir: set resultsDirs or resultsDir, not both`,
+    );
+  }
   const defaults: Record<string, unknown> = {};
   for (const k of NETWORK_KEYS) {
     if (k !== "timeouts" && rest[k] !== undefined) defaults[k] = rest[k];
   }
-  return { ...parsed.data, path, defaults };
+  return {
+    ...parsed.data,
+    resultsDirs: resultsDirs ??
+      (resultsDir ? [...new Set([resultsDir, MULTUS_RESULTS_DIR])] : DEFAULT_RESULTS_DIRS),
+    path,
+    defaults,
+  };
 }
 
 /**
@@ -356,6 +384,15 @@ export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): N
   if (!parsed.success) {
     const issues = issuesOf(parsed.error, "ipam.");
     throw new CniError("config", issues[0], issues.join("; ") + ` (node config ${node.path})`);
+  }
+  if (parsed.data.reclaimPolicy === "Retain") {
+    const from = ipam.reclaimPolicy === undefined ? `node config ${node.path}` : "network config";
+    throw new CniError(
+      "config",
+      "field ipam.reclaimPolicy: Retain is not allowed for pod leases",
+      `set by the ${from}; a claim named after its container is never made again, so Milo ` +
+        "would keep every removed pod's address retained until its lease ends; use Delete",
+    );
   }
   const limit = node.timeouts;
   const t = { ...limit, ...parsed.data.timeouts };

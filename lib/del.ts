@@ -9,13 +9,21 @@ import { lockAttachment } from "./lockfile.ts";
  * released. Any other failure fails the DEL so the runtime retries it, and
  * records the claims in the release journal, so that `milo-ipam reconcile`
  * finishes the release if the runtime gives up. After an ADD left in doubt
- * (killed, or a create unanswered), a released DEL records an in-doubt entry
- * instead: that create may still land. Holds the attachment's lock (see
- * lib/lockfile.ts) throughout.
+ * (its record still `adding`: killed, or a create unanswered), a released DEL
+ * records an in-doubt entry instead: that create may still land. Holds the
+ * attachment's lock (see lib/lockfile.ts) throughout. The agent's undo
+ * releases nothing unless the ADD it undoes is still the attachment's last.
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
+    if (inv.undoOf !== undefined) {
+      const h = inv.holdings.read(inv.attachment);
+      if (h?.addId !== inv.undoOf) {
+        const why = h ? "a later ADD of this attachment is recorded" : "the ADD left no lease";
+        return { claims: [], skipped: `undo of ADD ${inv.undoOf}: ${why}; nothing released` };
+      }
+    }
     return await release(inv);
   } finally {
     lock.close();
@@ -28,13 +36,14 @@ async function release(inv: Invocation) {
     name: claimName(inv.attachment, f),
   }));
   const claims = named.map((n) => n.name);
+  const inDoubt = inv.holdings.read(inv.attachment)?.state === "adding";
   const r = await attemptAll(
     named,
     (n) => inv.milo.deleteClaim(n.name),
     (n) => `release of claim ${n.name} failed`,
   );
   if (!r.failures.length) {
-    if (inv.journal.addInDoubt(inv.attachment)) {
+    if (inDoubt) {
       await inv.journal.recordDoubt(inv.attachment, claims, inv.now()).catch((err) => {
         throw new CniError(
           "io",
@@ -42,8 +51,8 @@ async function release(inv: Invocation) {
           errorText(err),
         );
       });
-      inv.journal.settleAdd(inv.attachment);
     } else await inv.journal.drop(inv.attachment).catch(() => false);
+    inv.holdings.remove(inv.attachment);
     return { claims };
   }
   const e = combineErrors(r.failures);

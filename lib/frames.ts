@@ -2,7 +2,10 @@
  * The agent's wire format on its unix socket: length-prefixed frames (a
  * 4-byte big-endian length, then the bytes). A request is a JSON header frame
  * and a stdin frame; the agent answers an optional `ack` frame (the deadline
- * and result version, once it has read the config) and one `reply` frame.
+ * and result version, once it has read the config) and one `reply` frame. A
+ * plugin that stops waiting and does the call itself says so first with a
+ * `fallback` frame: from then on the call is the plugin's, and the agent
+ * never undoes what it did of it.
  */
 
 /** Largest frame accepted (stdin is at most 1 MiB + 1 byte). */
@@ -14,18 +17,15 @@ export interface RequestHeader {
   env: Record<string, string>;
   /** When the plugin process started (ms since epoch); totalMs counts from here. */
   started: number;
-  /**
-   * When the plugin stops waiting for the agent's first frame and does the
-   * work itself (ms since epoch); absent from older plugins, which gave up at
-   * `started` + their node's requestMs.
-   */
-  giveUpAt?: number;
 }
 
 /** What the agent answers. */
 export type AgentFrame =
   | { kind: "ack"; deadline: number; cniVersion: string }
   | { kind: "reply"; exitCode: number; stdout: string };
+
+/** What the plugin may send after its request. */
+export type ClientFrame = { kind: "fallback" };
 
 /** Frames `parts` into one buffer, each behind its 4-byte length. */
 function framed(...parts: Uint8Array[]): Uint8Array {
@@ -92,16 +92,19 @@ export class FrameReader {
   }
 
   /**
-   * Resolves when the peer closes its end or the connection fails (the
-   * caller's process is gone); bytes that arrive meanwhile are dropped.
+   * Reads what the plugin sends after its request until it says it falls
+   * back (`fallback`) or closes its end, or the connection fails (`closed`:
+   * the caller's process is gone); anything else is dropped.
    */
-  async closed(): Promise<void> {
-    const chunk = new Uint8Array(4096);
+  async control(): Promise<"fallback" | "closed"> {
     try {
-      while ((await this.#conn.read(chunk)) !== null) { /* not part of the protocol */ }
+      for (let f = await this.json<ClientFrame>(); f !== null; f = await this.json<ClientFrame>()) {
+        if (f?.kind === "fallback") return "fallback";
+      }
     } catch {
-      // Reset or closed here.
+      // Reset, closed, or not a frame: the caller is gone as far as the agent can tell.
     }
+    return "closed";
   }
 
   /** The next frame as JSON, or null at end of stream. */

@@ -1,30 +1,48 @@
 import { holderOf, nodeSelector } from "./claims.ts";
+import { isPlainObject } from "./cni.ts";
+import type { NetworkConfig } from "./config.ts";
 import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
-import type { Handler } from "./invocation.ts";
+import { FAMILIES, miloFamily } from "./ip.ts";
+import type { Handler, Invocation } from "./invocation.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
 const DELETE_CONCURRENCY = 8;
 
 /**
- * GC: release this node's claims (this cluster, this network) whose attachment
- * is not in `cni.dev/valid-attachments` and which are older than `gc.minAgeS`
- * (so an ADD in flight is never undone). A claim without a readable creation
- * time is kept. Keeps going past errors and reports them all; prints nothing
- * on success.
+ * GC: release the claims of this node and host, made for this network (its
+ * name, and the class and scope it configures), whose attachment is not in
+ * `cni.dev/valid-attachments`, which no ADD on this node may still be making, and which
+ * are at least `gc.minAgeS` old on Milo's own clock (the LIST's `Date`
+ * against `creationTimestamp`; the node's clock plays no part). A claim
+ * without a readable creation time is kept. Keeps going past errors and
+ * reports them all; prints nothing on success.
  */
 export const gc: Handler = async (inv) => {
   const valid = inv.conf.validAttachments;
   if (!valid) throw new CniError("config", "field cni.dev/valid-attachments: missing");
   const a = inv.attachment;
   const minAgeMs = inv.node.gc.minAgeS * 1000;
-  const listed = await inv.milo.listClaims(nodeSelector(a.cluster, a.node, a.network));
-  const stale = listed.filter((c) => {
+  const listed = await inv.milo.listClaimsAt(nodeSelector(a.cluster, a.node, a.network));
+  const miloNow = listed.serverTime;
+  if (Number.isNaN(miloNow)) {
+    throw new CniError(
+      "protocol",
+      "Milo's claim list carries no Date header: GC cannot age claims on Milo's clock",
+      "nothing released",
+    );
+  }
+  const stale = listed.items.filter((c) => {
     const h = holderOf(c);
+    if (h.host !== a.host || h.network !== a.network || !madeFor(c, inv.conf.network)) return false;
     if (h.containerId === undefined || h.ifname === undefined) return false;
     if (valid.has(attachmentKey(h.containerId, h.ifname))) return false;
-    const created = Date.parse(c.metadata.creationTimestamp ?? "");
-    return !Number.isNaN(created) && inv.now() - created >= minAgeMs;
+    if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
+    // Both clocks of Milo count whole seconds (`Date`, and `creationTimestamp` as Kubernetes
+    // stamps it): compare them at that resolution.
+    const created = Math.floor(Date.parse(c.metadata.creationTimestamp ?? "") / 1000) * 1000;
+    return !Number.isNaN(created) && miloNow - created >= minAgeMs;
   });
   const claims: string[] = [];
   const failures: CniError[] = [];
@@ -43,3 +61,34 @@ export const gc: Handler = async (inv) => {
   if (failures.length) throw combineErrors(failures);
   return { claims };
 };
+
+/**
+ * True when an ADD of the attachment on this node may still run: its record
+ * says `adding` and its deadline (the watchdog's included; without one, the
+ * node's `totalMs` from when it was written) has not passed by this node's
+ * clock. Past it, the ADD was killed, or gave up.
+ */
+function isBeingAdded(inv: Invocation, containerId: string, ifname: string): boolean {
+  const h = inv.holdings.read({ cluster: inv.attachment.cluster, containerId, ifname });
+  if (h?.state !== "adding") return false;
+  return inv.now() < (h.until ?? h.at + inv.node.timeouts.totalMs + WATCHDOG_GRACE_MS);
+}
+
+/**
+ * True when a claim was made for `net`: the class it configures for the
+ * claim's family, and the same scope roles, each naming what the network
+ * config names (Milo may fill in more of a reference, such as its uid).
+ */
+export function madeFor(claim: IPClaim, net: NetworkConfig): boolean {
+  const family = FAMILIES.find((f) => miloFamily(f) === claim.spec.ipFamily);
+  if (!family || claim.spec.className !== net.classes[family]) return false;
+  const have = isPlainObject(claim.spec.scope) ? claim.spec.scope : {};
+  const want = net.scope ?? {};
+  const roles = Object.keys(want);
+  if (Object.keys(have).length !== roles.length) return false;
+  return roles.every((role) => {
+    const ref = have[role];
+    return isPlainObject(ref) &&
+      Object.entries(want[role]).every(([k, v]) => v === undefined || ref[k] === v);
+  });
+}

@@ -3,6 +3,7 @@ import type { CniEnv } from "./cni.ts";
 import type { NetworkConfig, NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
 import { FAMILIES, type Family } from "./ip.ts";
+import type { Holdings } from "./holdings.ts";
 import type { Journal } from "./journal.ts";
 import type { MiloClient } from "./milo.ts";
 
@@ -17,6 +18,17 @@ export interface Invocation {
   /** The same client with the slice of `totalMs` reserved for rolling back a half ADD. */
   rollback: MiloClient;
   journal: Journal;
+  holdings: Holdings;
+  /** The call's deadline (ms since epoch): the plugin's start and `timeouts.totalMs`. */
+  deadline: number;
+  /** Names this call (an ADD's id in the node's record, see lib/holdings.ts). */
+  callId: string;
+  /**
+   * Set on the agent's undo of an ADD whose caller is gone (a DEL): the ADD's
+   * call id. The DEL releases nothing unless that ADD is still the last one
+   * of the attachment the node recorded.
+   */
+  undoOf?: string;
   /** The clock (ms since epoch). */
   now: () => number;
 }
@@ -25,6 +37,8 @@ export interface Invocation {
 export interface HandlerResult {
   output?: Record<string, unknown>;
   claims: string[];
+  /** Why the handler left the claims alone, when it did (logged). */
+  skipped?: string;
 }
 
 /** A verb handler. */

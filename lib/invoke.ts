@@ -13,6 +13,7 @@ import { del } from "./del.ts";
 import { toCniError } from "./errors.ts";
 import { gc } from "./gc.ts";
 import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
+import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
 import type { MiloClient } from "./milo.ts";
 import { status } from "./status.ts";
@@ -34,6 +35,10 @@ export interface InvokeRequest {
   stdin: Uint8Array;
   /** When the plugin process started (ms since epoch); `timeouts.totalMs` counts from here. */
   started: number;
+  /** Names the call; a random one when absent. */
+  callId?: string;
+  /** The call id of the ADD a DEL undoes (the agent's undo; see {@link Invocation.undoOf}). */
+  undoOf?: string;
 }
 
 /** What an invocation needs from where it runs. */
@@ -106,11 +111,20 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       milo,
       rollback: milo.withDeadline(final).unabortable(),
       journal: new Journal(node.stateDir),
+      holdings: new Holdings(node.stateDir),
+      deadline: final,
+      callId: req.callId ?? crypto.randomUUID(),
+      undoOf: req.undoOf,
       now,
     };
     if (cni.containerId) record.claims = claimNamesOf(inv);
     const r = await HANDLERS[verb](inv);
-    return finish({ exitCode: 0, stdout: r.output }, { claims: r.claims, outcome: "ok" });
+    const skipped = r.skipped ? { skipped: r.skipped } : {};
+    return finish({ exitCode: 0, stdout: r.output }, {
+      claims: r.claims,
+      outcome: "ok",
+      ...skipped,
+    });
   } catch (err) {
     const e = toCniError(err);
     return finish({ exitCode: 1, stdout: encodeError(cniVersion, e) }, {

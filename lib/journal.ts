@@ -9,18 +9,16 @@
  * released; a failed ADD leaves the entry owed. ADD, DEL, recording and
  * reconcile take the entry file's exclusive lock, so none races another.
  *
- * Beside each entry's name, `pod-<hash>.adding` marks an ADD in doubt: made
- * before the ADD sends its creates, removed once Milo answered them all. One
- * left behind (the plugin was killed, or a create went unanswered) tells the
- * DEL that a claim may still appear after it released everything: it records
- * an in-doubt entry, which reconcile keeps for its grace period.
+ * No entry is ever dropped unmade: an entry leaves only when its release was
+ * made (or the attachment came back). The journal's size is bounded instead
+ * by refusing ADDs while {@link MAX_OWED} entries are owed (see {@link isFull}).
  */
 import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
 import { lockFile } from "./lockfile.ts";
 
-/** Most entries kept; the oldest go first when a new one would exceed it. */
-export const MAX_JOURNAL_ENTRIES = 1024;
+/** Entries owed at which ADDs are refused until reconcile has made some of them. */
+export const MAX_OWED = 4096;
 
 /** One claim a release is owed for. */
 export interface JournalClaim {
@@ -67,60 +65,19 @@ export class Journal {
   readonly dir: string;
   readonly #max: number;
 
-  constructor(stateDir: string, max = MAX_JOURNAL_ENTRIES) {
+  constructor(stateDir: string, max = MAX_OWED) {
     this.dir = `${stateDir}/journal`;
     this.#max = max;
+  }
+
+  /** Entries owed at which ADDs are refused. */
+  get max(): number {
+    return this.#max;
   }
 
   /** The entry file of an attachment (`pod-` and the hash its claims are named by). */
   pathOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
     return `${this.dir}/pod-${attachmentHash(a)}.json`;
-  }
-
-  /** The marker of an ADD in doubt of an attachment. */
-  #markerOf(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): string {
-    return `${this.dir}/pod-${attachmentHash(a)}${ADDING}`;
-  }
-
-  /**
-   * Marks an ADD of `a` in doubt until {@link settleAdd}; the caller holds the
-   * attachment's lock. Synchronous: two file operations on every ADD's path.
-   */
-  beginAdd(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): void {
-    const path = this.#markerOf(a);
-    const make = () => Deno.openSync(path, { write: true, create: true, mode: 0o600 }).close();
-    try {
-      try {
-        make();
-      } catch (err) {
-        if (!(err instanceof Deno.errors.NotFound)) throw err;
-        Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-        make();
-      }
-    } catch (err) {
-      throw new CniError("io", `cannot write ${path}`, errorText(err));
-    }
-  }
-
-  /** Whether an ADD of `a` was left in doubt. */
-  addInDoubt(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): boolean {
-    try {
-      return Deno.statSync(this.#markerOf(a)).isFile;
-    } catch {
-      return false;
-    }
-  }
-
-  /**
-   * Removes the ADD-in-doubt marker of `a` (none is fine). Never throws: a
-   * marker left behind costs at most an in-doubt entry reconcile drops.
-   */
-  settleAdd(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): void {
-    try {
-      Deno.removeSync(this.#markerOf(a));
-    } catch {
-      // Absent, or left for reconcile to prune.
-    }
   }
 
   /**
@@ -134,27 +91,32 @@ export class Journal {
     }));
   }
 
-  /**
-   * Removes markers of ADDs in doubt older than `ms`: their ADD is long over,
-   * and a DEL after that long needs no doubt (a late create has landed by then).
-   */
-  pruneMarkers(ms: number, now = Date.now()): number {
-    let removed = 0;
+  /** Whether {@link MAX_OWED} entries are owed: ADDs are refused until fewer are. */
+  isFull(): boolean {
     try {
-      for (const e of Deno.readDirSync(this.dir)) {
-        if (!e.isFile || !e.name.endsWith(ADDING)) continue;
-        const path = `${this.dir}/${e.name}`;
-        const at = Deno.statSync(path).mtime?.getTime() ?? now;
-        if (now - at < ms) continue;
-        Deno.removeSync(path);
-        removed++;
-      }
+      return Deno.statSync(this.#fullFlag).isFile;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Counts the entries owed and sets or clears the flag {@link isFull} reads; answers the count. */
+  async countOwed(): Promise<number> {
+    let n = 0;
+    try {
+      for await (const e of Deno.readDir(this.dir)) if (e.isFile && e.name.endsWith(".json")) n++;
     } catch (err) {
       if (!(err instanceof Deno.errors.NotFound)) {
-        throw new CniError("io", `cannot prune ${this.dir}`, errorText(err));
+        throw new CniError("io", `cannot list release journal ${this.dir}`, errorText(err));
       }
     }
-    return removed;
+    if (n >= this.#max) await Deno.writeTextFile(this.#fullFlag, `${n}\n`);
+    else await Deno.remove(this.#fullFlag).catch(() => {});
+    return n;
+  }
+
+  get #fullFlag(): string {
+    return `${this.dir}/full`;
   }
 
   /**
@@ -192,9 +154,8 @@ export class Journal {
     const lock = held?.path === path ? null : await lockFile(path);
     try {
       const old = await this.#read(path);
-      const entry = next(old);
-      if (!old) await this.#makeRoom();
-      await writeAtomic(path, entry);
+      await writeAtomic(path, next(old));
+      if (!old) await this.countOwed();
     } finally {
       lock?.close();
     }
@@ -302,17 +263,7 @@ export class Journal {
     }
     return v;
   }
-
-  async #makeRoom(): Promise<void> {
-    const all = await this.list();
-    for (const e of all.slice(0, Math.max(0, all.length - this.#max + 1))) {
-      await this.update(e.path, null);
-    }
-  }
 }
-
-/** The suffix of an ADD-in-doubt marker. */
-const ADDING = ".adding";
 
 function entryOf(
   a: Attachment,

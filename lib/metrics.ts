@@ -24,6 +24,18 @@ class Counter {
   }
 }
 
+class Gauge {
+  #value = 0;
+
+  set(n: number): void {
+    this.#value = n;
+  }
+
+  lines(name: string): string[] {
+    return [`${name} ${this.#value}`];
+  }
+}
+
 class Histogram {
   readonly #series = new Map<string, { counts: number[]; sum: number; n: number }>();
 
@@ -60,6 +72,8 @@ export class Metrics {
   readonly retries = new Counter();
   readonly reconcileCandidates = new Counter();
   readonly reconcileReleases = new Counter();
+  readonly reconcileBrakes = new Counter();
+  readonly otherHostClaims = new Gauge();
   readonly tokenReloadFailures = new Counter();
 
   /** Prometheus text exposition; `fallbacks` is read from the plugin's counter file. */
@@ -111,6 +125,18 @@ export class Metrics {
         "counter",
         "Claims the reconcile timer released, by path (journal or orphan).",
         this.reconcileReleases.lines("milo_ipam_reconcile_releases_total"),
+      ),
+      ...family(
+        "milo_ipam_reconcile_brakes_total",
+        "counter",
+        "Reconcile runs that released nothing because the live set looked wrong, by reason.",
+        this.reconcileBrakes.lines("milo_ipam_reconcile_brakes_total"),
+      ),
+      ...family(
+        "milo_ipam_other_host_claims",
+        "gauge",
+        "Claims under this node name made by another host, at the last reconcile.",
+        this.otherHostClaims.lines("milo_ipam_other_host_claims"),
       ),
       ...family(
         "milo_ipam_token_reload_failures_total",

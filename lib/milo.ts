@@ -70,7 +70,13 @@ const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
 const BACKOFF_CAP_MS = 1_000;
 
-type Answer = { status: number; body: unknown };
+type Answer = { status: number; body: unknown; date: number };
+
+/** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
+export interface ClaimList {
+  items: IPClaim[];
+  serverTime: number;
+}
 
 /** What releasing a claim by name and uid found. */
 export type Release = "released" | "absent" | "changed";
@@ -191,14 +197,20 @@ export class MiloClient {
 
   /** LISTs claims matching a label selector, following `continue` pages. */
   async listClaims(labelSelector: string): Promise<IPClaim[]> {
-    const out: IPClaim[] = [];
+    return (await this.listClaimsAt(labelSelector)).items;
+  }
+
+  /** {@link listClaims}, with Milo's clock at its first page. */
+  async listClaimsAt(labelSelector: string): Promise<ClaimList> {
+    const out: ClaimList = { items: [], serverTime: NaN };
     let token: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
       const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200]);
       const list = parse(IPClaimListSchema, a.body, "IPClaimList");
-      out.push(...list.items);
+      if (page === 0) out.serverTime = a.date;
+      out.items.push(...list.items);
       token = list.metadata?.continue;
       if (!token) return out;
     }
@@ -272,7 +284,11 @@ export class MiloClient {
               `is milo.url the Milo API base? ${st?.message ?? clip(text, QUOTE_CHARS)}`,
             );
           }
-          return { status: res.status, body: json };
+          return {
+            status: res.status,
+            body: json,
+            date: Date.parse(res.headers.get("date") ?? ""),
+          };
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;

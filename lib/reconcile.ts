@@ -7,27 +7,33 @@
  *    attachment is gone, so a stale result-cache entry does not keep them.
  *    An in-doubt entry (a create that may land after its DEL) is kept until
  *    `grace` after it was written, releasing its claims whenever they appear.
- *    Markers of ADDs in doubt older than `grace` are removed.
- * 2. Orphans: live attachments come from the runtime's result cache (libcni's
- *    `<resultsDir>/<network>-<containerID>-<ifname>` files). A claim of this
- *    node that is absent from the cache is released only when it was absent in
- *    two observations at least `grace` apart, is older than `grace`, and is
- *    still absent and unchanged (same uid) when re-checked just before release.
+ *    Records of ADDs in doubt older than `grace` are removed.
+ * 2. Orphans: claims of this node and this host whose container no libcni
+ *    result cache names (lib/liveness.ts). One is released only when it was
+ *    absent in two observations at least `grace` apart, is older than
+ *    `grace`, and is still absent and unchanged (same uid) when re-checked
+ *    just before release; and never while a brake holds (an empty live set,
+ *    or one shrunk under half of the last clean run's), unless forced.
+ *    Claims of another host under this node name, and claims made before
+ *    claims recorded their host, are never judged here.
  */
 import { holderOf, nodeSelector } from "./claims.ts";
-import { isPlainObject } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
+import { Holdings } from "./holdings.ts";
+import { hostId } from "./host.ts";
 import { Journal, type JournalClaim, type JournalEntry, writeAtomic } from "./journal.ts";
+import {
+  type Brake,
+  brakeOf,
+  type LiveSet,
+  readLive,
+  readState,
+  type State,
+  stateFileOf,
+} from "./liveness.ts";
 import type { MiloClient, Release } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
-
-/** One live attachment found in the result cache. */
-export interface CachedAttachment {
-  network: string;
-  containerId: string;
-  ifname: string;
-}
 
 /** A journal entry the run could not finish. */
 export interface JournalReport {
@@ -42,9 +48,19 @@ export interface JournalReport {
 /** What one reconcile run decided for each claim. */
 export interface ReconcileReport {
   dryRun: boolean;
+  /** Set when the run was told to release past its brakes. */
+  force: boolean;
   cluster: string;
   node: string;
+  host: string;
+  /** Containers the result caches name. */
   live: number;
+  /** Entries read per result cache directory. */
+  caches: LiveSet["dirs"];
+  /** Set when orphans were due but a brake kept them all. */
+  brake: Brake | null;
+  /** Claims under this node name made by other hosts (reported, never judged). */
+  otherHosts: { host: string; claims: number }[];
   released: {
     claim: string;
     via: "journal" | "orphan";
@@ -58,137 +74,132 @@ export interface ReconcileReport {
   errors: { claim: string; error: string }[];
 }
 
-type State = Record<string, { firstAbsent: number; uid?: string }>;
-
-const key = (network?: string, containerId?: string, ifname?: string) =>
-  `${network}\u0000${containerId}\u0000${ifname}`;
-
-/** Reads every libcni cache entry in `dir` (a missing dir is empty). */
-export async function readResultCache(dir: string): Promise<CachedAttachment[]> {
-  let names: string[];
-  try {
-    names = (await Array.fromAsync(Deno.readDir(dir))).filter((e) => e.isFile).map((e) => e.name);
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return [];
-    throw new CniError("io", `cannot list result cache ${dir}`, errorText(err));
-  }
-  const entries = await Promise.all(names.map((n) => readCacheEntry(dir, n)));
-  return entries.filter((e): e is CachedAttachment => e !== null);
-}
-
-/** One libcni cache file as an attachment, or null if absent or not one. */
-async function readCacheEntry(dir: string, file: string): Promise<CachedAttachment | null> {
-  let doc: unknown;
-  try {
-    doc = JSON.parse(await Deno.readTextFile(`${dir}/${file}`));
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound || err instanceof SyntaxError) return null;
-    throw new CniError("io", `cannot read result cache entry ${file}`, errorText(err));
-  }
-  if (
-    isPlainObject(doc) && typeof doc.networkName === "string" &&
-    typeof doc.containerId === "string" && typeof doc.ifName === "string"
-  ) {
-    return { network: doc.networkName, containerId: doc.containerId, ifname: doc.ifName };
-  }
-  return null;
-}
-
-async function readState(path: string, now: number): Promise<State> {
-  let v: unknown;
-  try {
-    v = JSON.parse(await Deno.readTextFile(path));
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound || err instanceof SyntaxError) return {};
-    throw new CniError("io", `cannot read reconcile state ${path}`, errorText(err));
-  }
-  const out: State = {};
-  for (const [name, s] of Object.entries(isPlainObject(v) ? v : {})) {
-    if (!isPlainObject(s)) continue;
-    // A timestamp that is not a finite number is "first seen now", never "long ago".
-    const at = typeof s.firstAbsent === "number" && Number.isFinite(s.firstAbsent)
-      ? Math.min(s.firstAbsent, now)
-      : now;
-    out[name] = { firstAbsent: at, uid: typeof s.uid === "string" ? s.uid : undefined };
-  }
-  return out;
-}
-
 /** Options of one reconcile run. */
 export interface ReconcileOptions {
   node: NodeConfig;
   milo: MiloClient;
   graceMs: number;
   dryRun: boolean;
+  /** Releases past the brakes (an operator's run by hand). */
+  force?: boolean;
   now?: () => number;
-}
-
-/** The reconcile state file of a node. */
-export function stateFileOf(node: NodeConfig): string {
-  return `${node.stateDir}/reconcile-state.json`;
 }
 
 /** One reconcile pass; the state file carries the previous observation. */
 export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const now = o.now ?? Date.now;
   const node = o.node;
+  const host = hostId(node);
   // Each Milo operation (the LIST, or one claim's re-check and release) gets
   // the node's whole totalMs, as one CNI call would: a slow claim must not eat
   // the budget of the others, and the run is bounded by the number of claims.
   const milo = () => o.milo.withDeadline(now() + node.timeouts.totalMs);
   const report: ReconcileReport = {
     dryRun: o.dryRun,
+    force: !!o.force,
     cluster: node.cluster,
     node: node.node,
+    host,
     live: 0,
+    caches: [],
+    brake: null,
+    otherHosts: [],
     released: [],
     kept: [],
     journal: [],
     errors: [],
   };
   const journaled = await finishJournal(o, milo, now, report);
-  const live = new Set(
-    (await readResultCache(node.resultsDir)).map((a) => key(a.network, a.containerId, a.ifname)),
-  );
-  report.live = live.size;
+  const live = await readLive(node.resultsDirs);
+  report.live = live.containers.size;
+  report.caches = live.dirs;
   const claims = await milo().listClaims(nodeSelector(node.cluster, node.node));
   const previous = await readState(stateFileOf(node), now());
-  const next: State = {};
+  const next: State = { absent: {}, baseline: previous.baseline };
   const candidates: IPClaim[] = [];
+  const others = new Map<string, number>();
+  let absent = 0;
   for (const claim of claims) {
     const name = claim.metadata.name;
     if (journaled.has(name)) continue;
     const h = holderOf(claim);
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
-    if (!h.network || !h.containerId || !h.ifname) {
+    if (h.host !== host) {
+      if (h.host) others.set(h.host, (others.get(h.host) ?? 0) + 1);
+      keep(
+        h.host
+          ? `made by host ${h.host}, another host under this node name: not judged here`
+          : "records no host (made before claims did): not judged here; a DEL or the sweep releases it",
+      );
+      continue;
+    }
+    if (!h.containerId) {
       keep("no attachment recorded on the claim");
       continue;
     }
-    if (live.has(key(h.network, h.containerId, h.ifname))) {
-      keep("live attachment in the result cache");
+    if (live.containers.has(h.containerId)) {
+      keep("live: a result cache names its container");
       continue;
     }
     const uid = claim.metadata.uid;
-    const seen = previous[name]?.uid === uid ? previous[name] : undefined;
-    next[name] = { firstAbsent: seen?.firstAbsent ?? now(), uid };
+    const seen = previous.absent[name]?.uid === uid ? previous.absent[name] : undefined;
+    next.absent[name] = { firstAbsent: seen?.firstAbsent ?? now(), uid };
     const created = Date.parse(claim.metadata.creationTimestamp ?? "");
+    // A claim made within one call's budget may be an ADD whose runtime has not cached it yet.
+    if (Number.isNaN(created) || now() - created >= node.timeouts.totalMs) absent++;
     if (!seen || now() - seen.firstAbsent < o.graceMs) {
       keep("absent, waiting for a second observation after the grace period");
     } else if (Number.isNaN(created) || now() - created < o.graceMs) {
       keep("younger than the grace period");
     } else candidates.push(claim);
   }
+  report.otherHosts = [...others].map(([host, claims]) => ({ host, claims }));
+  const brake = o.force ? undefined : brakeOf(live, previous.baseline, candidates.length);
+  if (brake) {
+    report.brake = brake;
+    for (const c of candidates) {
+      report.kept.push({
+        claim: c.metadata.name,
+        reason: `brake (${brake.reason}): released nothing`,
+      });
+    }
+  } else {
+    if (!absent || o.force) next.baseline = { live: live.containers.size, at: now() };
+    await releaseOrphans(o, milo, candidates, next, report);
+  }
+  await Deno.mkdir(node.stateDir, { recursive: true });
+  await writeAtomic(stateFileOf(node), next);
+  return report;
+}
+
+/** Re-checks the candidates against a fresh read of the caches and releases them by uid. */
+async function releaseOrphans(
+  o: ReconcileOptions,
+  milo: () => MiloClient,
+  candidates: IPClaim[],
+  next: State,
+  report: ReconcileReport,
+): Promise<void> {
+  if (!candidates.length) return;
+  const again = await readLive(o.node.resultsDirs);
   for (const claim of candidates) {
     const name = claim.metadata.name;
+    const h = holderOf(claim);
+    const keep = (reason: string) => {
+      report.kept.push({ claim: name, reason });
+      delete next.absent[name];
+    };
+    if (again.containers.has(h.containerId!)) {
+      keep("its container reappeared in a result cache on re-check");
+      continue;
+    }
     try {
       const r = await releaseOrphan(o, milo(), claim);
       if (r !== "released") {
-        report.kept.push({ claim: name, reason: r });
-        delete next[name];
+        keep("claim changed or vanished on re-check");
         continue;
       }
-      if (!o.dryRun) delete next[name];
-      const h = holderOf(claim);
+      if (!o.dryRun) delete next.absent[name];
       report.released.push({
         claim: name,
         via: "orphan",
@@ -201,36 +212,22 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
       report.errors.push({ claim: name, error: toCniError(err).message });
     }
   }
-  await Deno.mkdir(node.stateDir, { recursive: true });
-  await writeAtomic(stateFileOf(node), next);
-  return report;
 }
 
-/** Re-checks an orphan just before release; answers `released` or why it was kept. */
+/** Releases an orphan while it is the object observed (uid); a dry run only compares. */
 async function releaseOrphan(
   o: ReconcileOptions,
   milo: MiloClient,
   claim: IPClaim,
-): Promise<string> {
-  const h = holderOf(claim);
-  const again = await readCacheEntry(
-    o.node.resultsDir,
-    `${h.network}-${h.containerId}-${h.ifname}`,
-  );
-  if (again && again.containerId === h.containerId && again.ifname === h.ifname) {
-    return "attachment reappeared on re-check";
-  }
+): Promise<Release> {
   const uid = claim.metadata.uid;
-  if (!uid) return "claim has no uid to re-check";
-  let r: Release;
-  if (o.dryRun) {
-    const current = await milo.getClaim(claim.metadata.name);
-    r = !current ? "absent" : current.metadata.uid === uid ? "released" : "changed";
-  } else r = await milo.releaseClaim(claim.metadata.name, uid);
-  return r === "released" ? r : "claim changed or vanished on re-check";
+  if (!uid) return "changed";
+  if (!o.dryRun) return await milo.releaseClaim(claim.metadata.name, uid);
+  const current = await milo.getClaim(claim.metadata.name);
+  return !current ? "absent" : current.metadata.uid === uid ? "released" : "changed";
 }
 
-/** Releases journaled claims and prunes old ADD-in-doubt markers; answers the names it dealt with. */
+/** Releases journaled claims and prunes old ADD-in-doubt records; answers the names it dealt with. */
 async function finishJournal(
   o: ReconcileOptions,
   milo: () => MiloClient,
@@ -283,7 +280,10 @@ async function finishJournal(
       if (left.length) report.journal.push({ ...summary(path, rest!), lastError });
     });
   }
-  if (!o.dryRun) journal.pruneMarkers(Math.max(o.graceMs, o.node.timeouts.totalMs), now());
+  if (!o.dryRun) {
+    new Holdings(o.node.stateDir).pruneAdding(Math.max(o.graceMs, o.node.timeouts.totalMs), now());
+    await journal.countOwed();
+  }
   return names;
 }
 
@@ -324,12 +324,19 @@ async function releaseJournaled(
   return await milo.releaseClaim(c.name, current.metadata.uid);
 }
 
-/** CLI entry: `milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run]`. */
+/** Exit status of a run: 0 done, 1 errors or journal entries left, 2 a brake held. */
+export function exitOf(r: ReconcileReport): number {
+  if (r.errors.length || (!r.dryRun && r.journal.length)) return 1;
+  return r.brake ? 2 : 0;
+}
+
+/** CLI entry: `milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]`. */
 export async function reconcileCli(args: string[]): Promise<number> {
   const { parseArgs } = await import("node:util");
   const { readNodeConfig } = await import("./config.ts");
   const { MiloClient } = await import("./milo.ts");
-  const usage = "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run]";
+  const usage =
+    "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]";
   let values;
   try {
     ({ values } = parseArgs({
@@ -338,6 +345,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
         config: { type: "string" },
         grace: { type: "string" },
         "dry-run": { type: "boolean", default: false },
+        force: { type: "boolean", default: false },
       },
     }));
   } catch (err) {
@@ -358,9 +366,10 @@ export async function reconcileCli(args: string[]): Promise<number> {
       milo,
       graceMs: (grace ?? node.reconcile.graceS) * 1000,
       dryRun: values["dry-run"],
+      force: values.force,
     });
     console.log(JSON.stringify(report, null, 2));
-    return report.errors.length || (!report.dryRun && report.journal.length) ? 1 : 0;
+    return exitOf(report);
   } finally {
     milo.close();
   }

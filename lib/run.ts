@@ -8,10 +8,8 @@ import { CniError } from "./errors.ts";
 import { invoke, type Reply } from "./invoke.ts";
 import { append, Logger } from "./log.ts";
 import { MiloClient } from "./milo.ts";
-import { type Timer, timer } from "./timers.ts";
+import { type Timer, timer, WATCHDOG_GRACE_MS } from "./timers.ts";
 
-/** Extra time the watchdog allows past `timeouts.totalMs` (counted from process start). */
-export const WATCHDOG_GRACE_MS = 500;
 /** The watchdog's deadline before the config is read: the largest `totalMs` allowed. */
 const UNCONFIGURED_TOTAL_MS = 300_000;
 

@@ -12,7 +12,9 @@
  * GET of the claim shows the same uid (the DELETE carries it as a
  * precondition). Brakes (an empty pod or node list while the cluster has
  * claims, any list error, more candidates than `maxRelease`) stop the run
- * before anything is released.
+ * before anything is released. A claim whose pod may be a static pod of a
+ * node that still exists (named `<name>-<node>`, its mirror pod missing) is
+ * left to that node's reconcile.
  */
 import { clusterSelector, holderOf } from "./claims.ts";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
@@ -240,7 +242,8 @@ function decide(
       why: "",
     };
     report.rows.push(row);
-    const why = keptBecause(o, start, c1, c2, first, second, created, h.pod);
+    const why = keptBecause(o, start, c1, c2, first, second, created, h.pod) ??
+      staticPodRule(c.reason, h.pod, h.node);
     if (why) row.why = why;
     else pending.push({ row, claim: c.claim });
   }
@@ -275,6 +278,20 @@ function keptBecause(
   if (second.at - created < o.graceMs) return "younger than --grace";
   if (!podRef(pod)) return "no pod namespace/name recorded to re-check";
   return null;
+}
+
+/**
+ * Keeps a claim whose pod may be a static pod on a node that is still there:
+ * kubelet names a static pod `<name>-<node name>` and runs it whether or not
+ * its mirror pod could be made in the API, so an absent UID proves nothing.
+ * The node's own reconcile judges such claims by its result caches.
+ */
+function staticPodRule(reason: Reason, pod?: string, node?: string): string | null {
+  if (reason !== "pod-gone" || !node) return null;
+  const name = podRef(pod)?.name;
+  return name?.endsWith(`-${node.toLowerCase()}`)
+    ? `may be a static pod of ${node} (named <name>-<node>): left to that node's reconcile`
+    : null;
 }
 
 function podRef(pod: string | undefined): { namespace: string; name: string } | null {

@@ -6,13 +6,19 @@
  * `requestMs` (taking the request or acknowledging it, counted from
  * connecting), the caller does the work itself.
  */
-import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "./frames.ts";
+import {
+  type AgentFrame,
+  FrameReader,
+  type RequestHeader,
+  writeJson,
+  writeRequest,
+} from "./frames.ts";
 import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
-import { within } from "./timers.ts";
+import { WATCHDOG_GRACE_MS, within } from "./timers.ts";
 
-/** Extra time past the agent's deadline before the client gives up (as the watchdog does). */
-const GRACE_MS = 500;
+/** How long telling the agent that this process takes the call over may take. */
+const TAKE_OVER_MS = 100;
 /**
  * How long sending the request and the agent's first frame may take together
  * (from connecting) when the node config does not say.
@@ -103,7 +109,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     // The budget runs from here, not from the process's start: a process that waited long
     // for a CPU (a node starting many pods at once) still gives the agent its requestMs.
     const giveUpAt = Date.now() + h.requestMs;
-    return await exchange(conn, { v: 1, env, started, giveUpAt }, stdin, h, fallback);
+    return await exchange(conn, { v: 1, env, started }, stdin, giveUpAt, h, fallback);
   } catch (err) {
     return fallback(`agent connection failed: ${err instanceof Error ? err.message : err}`);
   } finally {
@@ -117,8 +123,9 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
 
 async function exchange(
   conn: Deno.UnixConn,
-  header: RequestHeader & { giveUpAt: number },
+  header: RequestHeader,
   stdin: Uint8Array,
+  giveUpAt: number,
   h: Hints,
   fallback: (reason: string) => AgentOutcome,
 ): Promise<AgentOutcome> {
@@ -133,17 +140,22 @@ async function exchange(
   const stuck = Symbol("stuck");
   const first = await within<AgentFrame | null | typeof stuck>(
     answer,
-    header.giveUpAt - Date.now(),
+    giveUpAt - Date.now(),
     () => stuck,
   );
-  if (first === stuck) return fallback(`agent did not answer within ${h.requestMs} ms`);
+  if (first === stuck) {
+    // The call is this process's from here: the agent must not undo what it did of it.
+    await within(writeJson(conn, { kind: "fallback" }), TAKE_OVER_MS, () => undefined)
+      .catch(() => {});
+    return fallback(`agent did not answer within ${h.requestMs} ms`);
+  }
   if (first === null) return fallback("agent closed the connection");
   if (first.kind === "reply") return done(first);
   const { deadline, cniVersion } = first;
   const late = Symbol("late");
   const final = await within<AgentFrame | null | typeof late>(
     reader.json<AgentFrame>(),
-    deadline + GRACE_MS - Date.now(),
+    deadline + WATCHDOG_GRACE_MS - Date.now(),
     () => late,
   );
   if (final === late || (final === null && Date.now() >= deadline)) {

@@ -5,6 +5,12 @@
  * deadline and wait is built on the latter here.
  */
 
+/**
+ * Extra time past a call's deadline (`timeouts.totalMs` from the plugin's
+ * start) before the watchdog ends it, and the thin client stops waiting.
+ */
+export const WATCHDOG_GRACE_MS = 500;
+
 /** A pending timer: it keeps the process alive until it fires or is cancelled. */
 export interface Timer {
   /** Resolves when the time has passed; never, once cancelled. */

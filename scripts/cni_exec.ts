@@ -21,6 +21,8 @@ export interface ExecOptions {
   timeoutMs?: number;
   /** When it settles, the process is SIGKILLed (as a runtime kills a plugin mid-call). */
   killOn?: Promise<unknown>;
+  /** Called with the process once it runs (a test may signal it). */
+  onSpawn?: (child: Deno.ChildProcess) => void;
 }
 
 /** Execs `path` with `env` only, writes stdin, and collects its output. */
@@ -35,6 +37,7 @@ export async function execCni(path: string, o: ExecOptions): Promise<ExecResult>
     stderr: "piped",
     signal: AbortSignal.timeout(o.timeoutMs ?? 30_000),
   }).spawn();
+  o.onSpawn?.(child);
   o.killOn?.finally(() => {
     try {
       child.kill("SIGKILL");

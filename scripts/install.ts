@@ -184,6 +184,8 @@ async function plan(o: InstallOptions): Promise<{
   const nonCniNet = [...(node.agent.metrics ? [node.agent.metrics] : []), ...kube.net];
   // The bundle's chunks load on demand (RUNTIME_FLAGS), under the read grant.
   const code = supportDir(o.dir);
+  // Everything the plugin reads but the socket and its directory.
+  const reads = [code, ...configs, ...secrets, ...node.resultsDirs, node.hostIdFile, node.stateDir];
   const g: Grants = {
     net: [
       netGrant(m.url),
@@ -192,20 +194,11 @@ async function plan(o: InstallOptions): Promise<{
       `unix:${node.agent.socket}`,
       ...nonCniNet,
     ],
-    read: [
-      code,
-      ...configs,
-      ...secrets,
-      node.resultsDir,
-      node.stateDir,
-      socketDir,
-      node.agent.socket,
-      ...kube.read,
-    ],
+    read: [...reads, socketDir, node.agent.socket, ...kube.read],
     write: [node.log.file, node.stateDir, socketDir, node.agent.socket],
   };
   // The agent creates the socket in its directory; the exec'd plugin keeps the socket alone.
-  const others = [code, ...configs, ...secrets, node.resultsDir, node.stateDir, node.log.file];
+  const others = [...reads, node.log.file];
   const shared = [...others, ...kube.read].includes(socketDir);
   const nonCniDirs = shared ? [] : [socketDir];
   const writable = await Promise.all(g.write.map(real));

@@ -23,6 +23,8 @@ export interface RunOptions {
   timeoutMs?: number;
   /** When it settles, the plugin process is SIGKILLed. */
   killOn?: Promise<unknown>;
+  /** Called with the plugin process once it runs. */
+  onSpawn?: (child: Deno.ChildProcess) => void;
 }
 
 /** An installed plugin with its own token, log, state and node config files. */
@@ -242,5 +244,6 @@ async function runAs(path: string, dir: string, r: RunOptions): Promise<RunResul
     stdin: r.stdin,
     timeoutMs: r.timeoutMs,
     killOn: r.killOn,
+    onSpawn: r.onSpawn,
   });
 }

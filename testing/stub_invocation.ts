@@ -11,6 +11,7 @@ import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
 import type { Invocation } from "../lib/invocation.ts";
 import type { Family } from "../lib/ip.ts";
+import { Holdings } from "../lib/holdings.ts";
 import { Journal } from "../lib/journal.ts";
 import { API_PATH } from "../lib/milo.ts";
 import { type Json, STUB_BASE, StubMilo, type WireClaim } from "./stub_milo.ts";
@@ -60,6 +61,9 @@ export interface InvocationOptions {
   now?: () => number;
   /** The deadline of the main client (ms since epoch). */
   deadline?: number;
+  callId?: string;
+  /** The agent's undo of the ADD with this call id (a DEL). */
+  undoOf?: string;
 }
 
 /**
@@ -75,7 +79,8 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
       node: "node-1",
       log: { level: "off" },
       stateDir: o.stateDir,
-      resultsDir: o.resultsDir ?? `${o.stateDir}/results`,
+      resultsDirs: [o.resultsDir ?? `${o.stateDir}/results`],
+      hostIdFile: `${o.stateDir}/machine-id`,
       ...o.node,
     },
     "/stub/node.json",
@@ -108,6 +113,10 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
     milo,
     rollback: milo.withDeadline(deadline + 2_000),
     journal: new Journal(node.stateDir),
+    holdings: new Holdings(node.stateDir),
+    deadline,
+    callId: o.callId ?? crypto.randomUUID(),
+    undoOf: o.undoOf,
     now: o.now ?? Date.now,
   };
 }

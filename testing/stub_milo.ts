@@ -216,7 +216,10 @@ export class StubMilo {
       const r = await f.answer(req, this);
       if (r) return r;
     }
-    return this.#serve(req);
+    const res = this.#serve(req);
+    // Every answer carries the server's clock, as Go's net/http (Milo's server) sends it.
+    res.headers.set("date", new Date(this.now()).toUTCString());
+    return res;
   }) as typeof fetch;
 
   /** Adds a fault (see {@link Fault}). */

@@ -32,7 +32,8 @@ const methods = (stub: StubMilo) => stub.requests.map((r) => `${r.method} ${r.pa
 
 Deno.test("ADD IPv4: one POST in Milo's create shape, the 201 lease as a /32 result", async () => {
   await withStub(async (stub, inv) => {
-    const r = await add(inv({ ipam: V4 }));
+    const i = inv({ ipam: V4 });
+    const r = await add(i);
     assert.deepEqual(r.output, {
       cniVersion: "1.1.0",
       ips: [{ address: "10.40.0.7/32", gateway: "169.254.1.1" }],
@@ -86,7 +87,9 @@ Deno.test("ADD IPv4: one POST in Milo's create shape, the 201 lease as a /32 res
       [KEYS.ifname]: "eth0",
       [KEYS.vpc]: "vpc-7b3e",
       [KEYS.vpcattachment]: "vpc-7b3e-attach-1",
+      [KEYS.host]: i.attachment.host,
     });
+    assert.match(i.attachment.host!, /^[0-9a-f]{32}$/);
     assert.equal(stub.get(NAME_V4)?.status.phase, "Bound");
   });
 });
@@ -154,9 +157,80 @@ Deno.test("ADD never adopts a claim of another holder (409, GET: 103), nor delet
         },
       },
     });
-    await rejectsWith(add(i), 103, /held by another attachment.*container=other ifname=eth0/);
+    await rejectsWith(
+      add(i),
+      103,
+      /held by another holder \(attachment, node, network, pod differ\).*container=other ifname=eth0/,
+    );
     assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `GET ${CLAIMS_PATH}/${NAME_V4}`]);
     assert.equal(stub.get(NAME_V4)?.metadata.uid, foreign.metadata.uid);
+  });
+});
+
+Deno.test("ADD of a reused container ID never adopts the claim recorded for another node, host or network", async () => {
+  for (
+    const [field, over] of [
+      ["node", { [KEYS.node]: "node-2" }],
+      ["host", { [KEYS.host]: "0123456789abcdef0123456789abcdef" }],
+      ["network", { [KEYS.network]: "other-net" }],
+      ["node, pod", { [KEYS.node]: "node-2", [KEYS.podUid]: "uid-web-1" }],
+    ] as const
+  ) {
+    await withStub(async (stub, inv) => {
+      const i = inv({ ipam: V4 });
+      const before = existingClaim(stub, i, "ipv4");
+      stub.put({
+        ...before,
+        metadata: {
+          ...before.metadata,
+          annotations: { ...before.metadata.annotations, ...over },
+        },
+      });
+      await rejectsWith(add(i), 103, new RegExp(`another holder \\(${field} differ\\)`));
+      assert.equal(stub.seen("DELETE").length, 0, field);
+      assert.equal(stub.get(NAME_V4)?.metadata.uid, before.metadata.uid, field);
+    });
+  }
+});
+
+Deno.test("ADD of a container ID reused on this host by another pod releases the old claim by uid and makes it again", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv({ ipam: V4 });
+    const old = existingClaim(stub, i, "ipv4");
+    const ann = { ...old.metadata.annotations, [KEYS.podUid]: "uid-of-the-old-pod" };
+    stub.put({ ...old, metadata: { ...old.metadata, annotations: ann } });
+    const r = await add(i);
+    assert.deepEqual(methods(stub), [
+      `POST ${CLAIMS_PATH}`,
+      `GET ${CLAIMS_PATH}/${NAME_V4}`,
+      `GET ${CLAIMS_PATH}/${NAME_V4}`,
+      `DELETE ${CLAIMS_PATH}/${NAME_V4}`,
+      `POST ${CLAIMS_PATH}`,
+    ]);
+    assert.deepEqual(stub.seen("DELETE")[0].body, {
+      kind: "DeleteOptions",
+      apiVersion: "v1",
+      preconditions: { uid: old.metadata.uid },
+    });
+    const now = stub.get(NAME_V4)!;
+    assert.notEqual(now.metadata.uid, old.metadata.uid);
+    assert.equal(now.metadata.annotations?.[KEYS.podUid], "uid-web-0", "relabelled by a new claim");
+    assert.deepEqual(r.claims, [NAME_V4]);
+  });
+});
+
+Deno.test("ADD adopts its own claim made before claims recorded their host; another pod's it refuses", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv({ ipam: V4 });
+    const old = existingClaim(stub, i, "ipv4");
+    const { [KEYS.host]: _, ...legacy } = old.metadata.annotations!;
+    stub.put({ ...old, metadata: { ...old.metadata, annotations: legacy } });
+    await add(i);
+    assert.equal(stub.get(NAME_V4)?.metadata.uid, old.metadata.uid, "an idempotent retry");
+    const other = { ...legacy, [KEYS.podUid]: "uid-of-another-pod" };
+    stub.put({ ...old, metadata: { ...old.metadata, annotations: other } });
+    await rejectsWith(add(i), 103, /another holder \(pod differ\).*host=\?/);
+    assert.equal(stub.seen("DELETE").length, 0, "no host recorded: never released");
   });
 });
 

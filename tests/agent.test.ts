@@ -1,15 +1,21 @@
 /**
  * The agent in-process, against milo-dev: what it does with an ADD whose
- * caller hangs up after the acknowledgement. In time, the caller is known to
- * have waited and failed, so the agent undoes the ADD; late (after the
- * caller's own give-up time minus the margin), the caller may have fallen
- * back and leased the same claims itself, so the agent leaves them.
+ * caller hangs up while it is in flight. A caller that closes without a word
+ * was killed (its runtime saw the ADD fail), so the agent undoes the ADD; a
+ * caller that says it falls back took the call over and may hold the same
+ * claims, so the agent leaves them, however its clock judges the timing.
  */
 import assert from "node:assert/strict";
 import { Agent } from "../lib/agent.ts";
 import { KEYS } from "../lib/claims.ts";
 import { readNodeConfig } from "../lib/config.ts";
-import { type AgentFrame, FrameReader, type RequestHeader, writeRequest } from "../lib/frames.ts";
+import {
+  type AgentFrame,
+  FrameReader,
+  type RequestHeader,
+  writeJson,
+  writeRequest,
+} from "../lib/frames.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 import { withTempDir } from "../testing/stub_invocation.ts";
@@ -38,17 +44,16 @@ async function committed(milo: MiloDev, id: string): Promise<void> {
 }
 
 /**
- * Sends an ADD whose header says when it started and when it gives up
- * (`giveUpInMs` from now; absent: an older plugin's header), reads the ack,
- * waits until its POSTs have committed (their answers still held back), and
- * hangs up.
+ * Sends an ADD that started `ageMs` ago, reads the ack, waits until its POSTs
+ * have committed (their answers still held back), and hangs up: closing
+ * without a word (killed), or after a `fallback` frame (taking the call over).
  */
 async function addThenHangUp(
   milo: MiloDev,
   socket: string,
   config: string,
   id: string,
-  t: { ageMs: number; giveUpInMs?: number },
+  t: { ageMs: number; fallback: boolean },
 ) {
   const conn = await Deno.connect({ transport: "unix", path: socket });
   try {
@@ -60,13 +65,12 @@ async function addThenHangUp(
       CNI_PATH: "/opt/cni/bin",
       MILO_IPAM_CONFIG: config,
     };
-    const now = Date.now();
-    const header: RequestHeader = { v: 1, env, started: now - t.ageMs };
-    if (t.giveUpInMs !== undefined) header.giveUpAt = now + t.giveUpInMs;
+    const header: RequestHeader = { v: 1, env, started: Date.now() - t.ageMs };
     await writeRequest(conn, header, new TextEncoder().encode(JSON.stringify(NET_CONF)));
     const first = await new FrameReader(conn).json<AgentFrame>();
     assert.equal(first?.kind, "ack", "the agent acknowledges before Milo answers");
     await committed(milo, id);
+    if (t.fallback) await writeJson(conn, { kind: "fallback" });
   } finally {
     conn.close();
   }
@@ -86,7 +90,7 @@ async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Pr
           cluster: "cluster-a",
           node: "node-a1",
           log: { file: `${dir}/milo-ipam.log`, level: "info" },
-          resultsDir: `${dir}/results`,
+          resultsDirs: [`${dir}/results`],
           stateDir: `${dir}/state`,
           timeouts: { requestMs: REQUEST_MS, totalMs: 4_000 },
           agent: { socket: `${dir}/run/agent.sock`, reconcileIntervalS: 86_400 },
@@ -106,25 +110,21 @@ async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Pr
   }
 }
 
-Deno.test("agent: an ADD whose caller hung up after a timely ack is undone; after a late one, kept", async () => {
+Deno.test("agent: an ADD whose caller was killed is undone; one whose caller took it over is kept", async () => {
   await withAgent(async (milo, agent, config) => {
     // POSTs commit, then their answers wait: the hang-up is seen while the ADD is in flight.
     await milo.setFaults({ hangRate: 1, hangMs: 600, faultPoint: "after", methods: ["POST"] });
-    const at = (id: string, t: { ageMs: number; giveUpInMs?: number }) =>
+    const at = (id: string, t: { ageMs: number; fallback: boolean }) =>
       addThenHangUp(milo, agent.socket, config, id, t);
-    await at("timely", { ageMs: 0, giveUpInMs: REQUEST_MS });
-    // Started long ago (a process that waited for a CPU), connected just now.
-    await at("starved", { ageMs: 3 * REQUEST_MS, giveUpInMs: REQUEST_MS });
-    await at("late", { ageMs: 0, giveUpInMs: 100 });
-    await at("old-timely", { ageMs: 0 });
-    await at("old-late", { ageMs: REQUEST_MS - 100 });
+    await at("killed", { ageMs: 0, fallback: false });
+    // Started long ago (a process that waited for a CPU), killed just now.
+    await at("killed-starved", { ageMs: 3 * REQUEST_MS, fallback: false });
+    await at("took-over", { ageMs: 0, fallback: true });
     // stop() waits for the calls in flight, the undo included.
     await agent.stop();
-    for (const id of ["timely", "starved", "old-timely"]) {
-      assert.equal(await held(milo, id), 0, `${id} undone: its caller waited and saw it fail`);
+    for (const id of ["killed", "killed-starved"]) {
+      assert.equal(await held(milo, id), 0, `${id} undone: its runtime saw the ADD fail`);
     }
-    for (const id of ["late", "old-late"]) {
-      assert.equal(await held(milo, id), 2, `${id} kept: its caller may have fallen back`);
-    }
+    assert.equal(await held(milo, "took-over"), 2, "kept: its caller leases the same claims");
   });
 });

@@ -116,7 +116,21 @@ Deno.test("CHECK: a claim of another holder is 104 naming it", async () => {
       },
     });
   });
-  await failure(r, 104, new RegExp(`claim ${NAME_V6} is held by another attachment.*ifname=eth1`));
+  await failure(
+    r,
+    104,
+    new RegExp(`claim ${NAME_V6} is held by another holder \\(attachment, .*ifname=eth1`),
+  );
+});
+
+Deno.test("CHECK: this attachment's claim recorded for another pod is 104 naming the pod", async () => {
+  const r = await checkWith(PREV, (stub, inv) => {
+    existingClaim(stub, inv, "ipv4");
+    const v6 = existingClaim(stub, inv, "ipv6");
+    const annotations = { ...v6.metadata.annotations, [KEYS.podUid]: "uid-of-an-old-pod" };
+    stub.put({ ...v6, metadata: { ...v6.metadata, annotations } });
+  });
+  await failure(r, 104, /held by another holder \(pod differ\).*pod-uid=uid-of-an-old-pod/);
 });
 
 Deno.test("CHECK: prevResult without the family's address is 104 (none)", async () => {

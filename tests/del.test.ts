@@ -160,3 +160,29 @@ Deno.test("DEL releases the claim of its derived name even when it records anoth
     assert.equal(stub.get(NAME_V4), undefined);
   });
 });
+
+Deno.test("DEL as the agent's undo releases only while the ADD it undoes is the attachment's last", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv();
+    leased(stub, i);
+    const claims = [{ name: NAME_V4 }, { name: NAME_V6 }];
+    i.holdings.held(i.attachment, "add-by-the-plugin", claims, Date.now());
+    const later = await del(inv({ undoOf: "add-by-the-agent" }));
+    assert.deepEqual(later.claims, []);
+    assert.match(later.skipped!, /undo of ADD add-by-the-agent: a later ADD .* nothing released/);
+    assert.equal(stub.requests.length, 0, "nothing sent");
+    assert.equal(stub.all().length, 2);
+
+    i.holdings.remove(i.attachment);
+    const none = await del(inv({ undoOf: "add-by-the-agent" }));
+    assert.match(none.skipped!, /the ADD left no lease/);
+    assert.equal(stub.all().length, 2);
+
+    i.holdings.held(i.attachment, "add-by-the-agent", claims, Date.now());
+    const own = await del(inv({ undoOf: "add-by-the-agent" }));
+    assert.deepEqual(own.claims, [NAME_V4, NAME_V6]);
+    assert.equal(own.skipped, undefined);
+    assert.equal(stub.all().length, 0, "its own ADD is undone");
+    assert.equal(i.holdings.read(i.attachment), undefined, "and its record removed");
+  });
+});

@@ -194,7 +194,10 @@ Deno.test({
       assert.equal(dry.code, 0, `reconcile --dry-run: ${dry.stdout} ${dry.stderr}`);
       const kept = (dry.json as { kept: { reason: string }[] }).kept;
       assert.equal(kept.length, PODS, dry.stdout);
-      assert.ok(kept.every((k) => k.reason === "live attachment in the result cache"), dry.stdout);
+      assert.ok(
+        kept.every((k) => k.reason === "live: a result cache names its container"),
+        dry.stdout,
+      );
       const l = await ledger(`${PODS} podman containers`);
       assert.deepEqual([l.claims, l.live, l.duplicates, l.claimsWithoutPod, l.podsWithoutClaim], [
         PODS,

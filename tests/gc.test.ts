@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { KEYS, nodeSelector } from "../lib/claims.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { gc } from "../lib/gc.ts";
+import { Holdings } from "../lib/holdings.ts";
 import {
   CLAIMS_PATH,
   existingClaim,
@@ -17,22 +18,47 @@ import { type Json, reply, statusReply, StubMilo, type WireClaim } from "../test
 const T0 = Date.now();
 const MIN_AGE_S = 60;
 
-/** A world: claims made `ageS` ago by ADDs of these attachments (and of other places). */
+/**
+ * A world: claims made `ageS` ago (on Milo's clock, which reads T0 now) by
+ * ADDs of these attachments, and of other nodes, hosts, networks, clusters.
+ */
 function world(dir: string, stub: StubMilo, ageS = 3_600) {
   stub.now = () => T0 - ageS * 1000;
   const made = (containerId: string, o: Partial<InvocationOptions> = {}) => {
     const add = invocation(stub, { command: "ADD", stateDir: dir, containerId, ...o });
     return [existingClaim(stub, add, "ipv4"), existingClaim(stub, add, "ipv6")];
   };
-  return {
+  Deno.writeTextFileSync(`${dir}/clone-machine-id`, "c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1\n");
+  const w = {
     keep: made("keep"),
     gone: made("gone"),
     otherIf: made("keep", { ifname: "net1" }),
     otherNode: made("gone-n2", { node: { node: "node-2" } }),
     otherNet: made("gone-net", { top: { name: "other-net" } }),
     otherCluster: made("gone-cl", { node: { cluster: "cluster-b" } }),
+    otherHost: made("gone-host", { node: { hostIdFile: `${dir}/clone-machine-id` } }),
+    otherClass: made("gone-class", {
+      ipam: { classes: { ipv4: "vpc-pods-ipv4-b", ipv6: "vpc-pods-ipv6-b" } },
+    }),
+    otherScope: made("gone-scope", {
+      ipam: {
+        scope: { network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "b" } },
+      },
+    }),
   };
+  stub.now = () => T0;
+  return w;
 }
+
+/** Every claim GC must leave, whatever the valid list: not this node's, host's or network's. */
+const others = (w: ReturnType<typeof world>) => [
+  ...w.otherNode,
+  ...w.otherNet,
+  ...w.otherCluster,
+  ...w.otherHost,
+  ...w.otherClass,
+  ...w.otherScope,
+];
 
 function gcInv(stub: StubMilo, dir: string, valid: unknown, now = () => T0, extra: Json = {}) {
   return invocation(stub, {
@@ -72,25 +98,62 @@ Deno.test("GC releases by uid only this node's attachments absent from valid-att
         preconditions: { uid: claim.metadata.uid },
       });
     }
-    assert.deepEqual(
-      names(stub.all()),
-      names([...w.keep, ...w.otherNode, ...w.otherNet, ...w.otherCluster]),
-      "nothing else deleted",
-    );
+    assert.deepEqual(names(stub.all()), names([...w.keep, ...others(w)]), "nothing else deleted");
   });
 });
 
-Deno.test("GC respects gc.minAgeS on the injected clock", async () => {
+Deno.test("GC respects gc.minAgeS on Milo's clock", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const w = world(dir, stub, 30);
     const young = await gc(gcInv(stub, dir, VALID));
     assert.deepEqual(young.claims, []);
     assert.equal(stub.seen("DELETE").length, 0);
-    assert.deepEqual((await gc(gcInv(stub, dir, VALID, () => T0 + 29_000))).claims, []);
+    stub.now = () => T0 + 29_000;
+    assert.deepEqual((await gc(gcInv(stub, dir, VALID))).claims, []);
     assert.equal(stub.seen("DELETE").length, 0);
-    const atAge = await gc(gcInv(stub, dir, VALID, () => T0 + 30_000));
+    stub.now = () => T0 + 30_000;
+    const atAge = await gc(gcInv(stub, dir, VALID));
     assert.deepEqual(atAge.claims.sort(), names([...w.gone, ...w.otherIf]));
+  });
+});
+
+Deno.test("GC: a node clock running ahead of Milo's releases no young claim", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    world(dir, stub, 30);
+    const fast = await gc(gcInv(stub, dir, VALID, () => T0 + 60_000));
+    assert.deepEqual(fast.claims, [], "30 s old on Milo's clock, 90 s by the node's");
+    assert.equal(stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("GC: a LIST answer without Milo's Date releases nothing (105)", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    stub.inject({
+      method: "GET",
+      path: "/ipclaims",
+      answer: () => reply(200, { kind: "IPClaimList", metadata: {}, items: w.gone }),
+    });
+    await rejectsWith(gc(gcInv(stub, dir, VALID)), 105, /no Date header/);
+    assert.equal(stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("GC keeps an attachment whose ADD on this node may be in flight (adding, within a call's budget)", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    const at = invocation(stub, { command: "ADD", stateDir: dir, containerId: "gone" }).attachment;
+    new Holdings(dir).adding(at, "add-in-flight", [], T0 - 5_000, T0 + 5_000);
+    const r = await gc(gcInv(stub, dir, VALID));
+    assert.deepEqual(r.claims.sort(), names(w.otherIf));
+    for (const c of w.gone) assert.ok(stub.get(c.metadata.name));
+    // Past the ADD's deadline and its watchdog's 0.5 s, it was killed.
+    const later = await gc(gcInv(stub, dir, VALID, () => T0 + 5_500));
+    assert.deepEqual(later.claims.sort(), names(w.gone));
   });
 });
 

@@ -1,8 +1,9 @@
-/** The release journal in-process: written by a failing DEL, dropped by ADD, bounded, atomic. */
+/** The release journal in-process: written by a failing DEL, dropped by ADD, never dropping, atomic. */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
-import { attachmentHash, claimName } from "../lib/claims.ts";
+import { claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
+import { Holdings } from "../lib/holdings.ts";
 import { IN_DOUBT, Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
 import {
   CONTAINER_ID,
@@ -111,22 +112,37 @@ Deno.test("journal: an entry that cannot be dropped fails the ADD with code 5 be
   });
 });
 
-Deno.test("journal: bounded, the oldest entry goes first; extending an entry evicts nothing", async () => {
+Deno.test("journal: never drops an entry past its bound; ADDs are refused while it is full", async () => {
   await withTempDir(async (dir) => {
+    const stub = new StubMilo();
     const journal = new Journal(dir, 3);
-    for (const [i, id] of ["a", "b", "c"].entries()) {
+    for (const [i, id] of ["a", "b", "c", "d"].entries()) {
       await journal.record(attachment(id), [{ name: `pod-${id}-v4` }], "e", 1_000 + i);
     }
     await journal.record(attachment("a"), [{ name: "pod-a-v6", uid: "u" }], "later", 9_000);
-    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["a", "b", "c"]);
+    const ids = async () => (await journal.list()).map((e) => e.entry?.containerId);
+    assert.deepEqual(await ids(), ["a", "b", "c", "d"], "every owed release kept");
     const a = (await journal.list())[0].entry!;
     assert.equal(a.created, 1_000);
     assert.equal(a.lastError, "later");
     assert.deepEqual(a.claims, [{ name: "pod-a-v4" }, { name: "pod-a-v6", uid: "u" }]);
-    await journal.record(attachment("d"), [{ name: "pod-d-v4" }], "e", 2_000);
-    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["b", "c", "d"]);
-    await journal.record(attachment("e"), [{ name: "pod-e-v4" }], "e", 3_000);
-    assert.deepEqual((await journal.list()).map((e) => e.entry?.containerId), ["c", "d", "e"]);
+    assert.equal(journal.isFull(), true);
+
+    const inv = invocation(stub, { command: "ADD", stateDir: dir });
+    const full = { ...inv, journal };
+    await rejectsWith(add(full), 11, /3 or more releases are owed to Milo/);
+    assert.equal(stub.requests.length, 0, "refused before any request");
+
+    const dels = invocation(stub, { command: "DEL", stateDir: dir, containerId: "e" });
+    stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    await rejectsWith(del({ ...dels, journal }), 11, /journaled/);
+    assert.equal((await journal.list()).length, 5, "a DEL still records while full");
+
+    for (const id of ["a", "b", "c"]) await journal.update(journal.pathOf(attachment(id)), null);
+    assert.equal(await journal.countOwed(), 2);
+    assert.equal(journal.isFull(), false, "counting clears the flag");
+    stub.clearFaults();
+    await add(full);
   });
 });
 
@@ -232,8 +248,9 @@ Deno.test("journal: a record made while a release holds the entry waits, and is 
   });
 });
 
-/** Whether the ADD-in-doubt marker of the attachment `id` is in `dir`'s journal. */
-const inDoubt = (dir: string, id: string) => new Journal(dir).addInDoubt(attachment(id));
+/** Whether the node's record says an ADD of the attachment `id` is in doubt. */
+const inDoubt = (dir: string, id: string) =>
+  new Holdings(dir).read(attachment(id))?.state === "adding";
 
 Deno.test("journal: an ADD is in doubt while it leases; success or every create answered settles it", async () => {
   await withTempDir(async (dir) => {
@@ -277,21 +294,25 @@ Deno.test("journal: a DEL after an ADD in doubt records an in-doubt entry that l
   });
 });
 
-Deno.test("journal: markers of ADDs in doubt older than the given age are pruned", async () => {
-  await withTempDir(async (dir) => {
-    const journal = new Journal(dir);
-    journal.beginAdd(attachment("old"));
-    journal.beginAdd(attachment("young"));
-    const path = (await Array.fromAsync(Deno.readDir(journal.dir)))
-      .map((e) => `${journal.dir}/${e.name}`);
-    assert.equal(path.length, 2);
-    const hourAgo = new Date(Date.now() - 3_600_000);
-    const old = path.find((p) => p.includes(attachmentHash(attachment("old"))))!;
-    await Deno.utime(old, hourAgo, hourAgo);
-    await journal.record(attachment("entry"), [{ name: "pod-e-v4" }], "e");
-    assert.equal(journal.pruneMarkers(60_000), 1);
-    assert.equal(journal.addInDoubt(attachment("old")), false);
-    assert.equal(journal.addInDoubt(attachment("young")), true);
-    assert.equal((await journal.list()).length, 1, "entries are not markers");
-  });
-});
+Deno.test("holdings: records of ADDs in doubt older than the given age are pruned", () =>
+  withTempDir(async (dir) => {
+    const h = new Holdings(dir);
+    const now = Date.parse("2026-12-01T12:00:00Z");
+    h.adding(attachment("old"), "add-1", ["pod-old-v4"], now - 3_600_000, now - 3_590_000);
+    h.adding(attachment("young"), "add-2", ["pod-young-v4"], now - 1_000, now + 9_000);
+    h.held(attachment("held"), "add-3", [{ name: "pod-held-v4", uid: "u" }], now - 3_600_000);
+    assert.equal(h.pruneAdding(60_000, now), 1);
+    assert.equal(h.read(attachment("old")), undefined);
+    assert.equal(h.read(attachment("young"))?.state, "adding");
+    assert.deepEqual(h.read(attachment("held")), {
+      state: "held",
+      addId: "add-3",
+      at: now - 3_600_000,
+      network: "vpc-7b3e",
+      containerId: "held",
+      ifname: "eth0",
+      claims: [{ name: "pod-held-v4", uid: "u" }],
+    });
+    await Deno.writeTextFile(h.pathOf(attachment("torn")), "{");
+    assert.equal(h.read(attachment("torn"))?.state, "adding", "an unreadable record is in doubt");
+  }));

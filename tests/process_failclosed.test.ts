@@ -8,6 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
+import { hostId } from "../lib/host.ts";
 import { install } from "../scripts/install.ts";
 import { boundFor, type FakeMilo, fakeMilo, fixture, json } from "../testing/fake_milo.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
@@ -168,6 +169,8 @@ for (const mode of MODES) {
             );
             assert.equal(deletes(fake).length, 0, "young claims are kept");
             await plugin.setNode({});
+            // GC ages claims on Milo's clock, in whole seconds (a Date header may lag one).
+            await new Promise((r) => setTimeout(r, 2_100));
             assertOk(
               await plugin.run({ command: "GC", stdin: { ...conf, "cni.dev/attachments": [] } }),
             );
@@ -334,6 +337,11 @@ for (const mode of MODES) {
         };
         const handle: Handler = () => json(200, { kind: "IPClaimList", items: [evil] });
         await env.run(handle, async (fake, plugin) => {
+          // Recorded for this host and network: GC would release it but for its name.
+          Object.assign(evil.metadata.annotations, {
+            [KEYS.host]: hostId({ hostIdFile: "/etc/machine-id", stateDir: plugin.stateDir }),
+            [KEYS.network]: "vpc-7b3e",
+          });
           const r = await plugin.run({
             command: "GC",
             stdin: { ...plugin.netConf(v4), "cni.dev/valid-attachments": [] },

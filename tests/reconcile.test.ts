@@ -2,48 +2,73 @@
 import assert from "node:assert/strict";
 import { claimName } from "../lib/claims.ts";
 import type { NodeConfig } from "../lib/config.ts";
+import { Holdings } from "../lib/holdings.ts";
 import { Journal } from "../lib/journal.ts";
-import { reconcile, type ReconcileReport, stateFileOf } from "../lib/reconcile.ts";
-import { existingClaim, invocation, withTempDir } from "../testing/stub_invocation.ts";
+import { stateFileOf } from "../lib/liveness.ts";
+import { exitOf, reconcile, type ReconcileReport } from "../lib/reconcile.ts";
+import {
+  existingClaim,
+  invocation,
+  type InvocationOptions,
+  withTempDir,
+} from "../testing/stub_invocation.ts";
 import { reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const GRACE_MS = 300_000;
 
 /** A node with claims of a live and an orphaned attachment, made an hour before the clock. */
-async function setup(dir: string) {
+async function setup(dir: string, nodeOver: Record<string, unknown> = {}) {
   const stub = new StubMilo();
   const clock = { t: Date.now() };
   stub.now = () => clock.t - 3_600_000;
-  const addOf = (containerId: string) =>
-    invocation(stub, { command: "ADD", stateDir: dir, containerId });
-  const lease = (containerId: string) => {
-    const inv = addOf(containerId);
+  const addOf = (containerId: string, o: Partial<InvocationOptions> = {}) =>
+    invocation(stub, { command: "ADD", stateDir: dir, containerId, node: nodeOver, ...o });
+  /** Both claims of an attachment, as its ADD made them. */
+  const lease = (containerId: string, o: Partial<InvocationOptions> = {}) => {
+    const inv = addOf(containerId, o);
     return [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
   };
   const node: NodeConfig = addOf("x").node;
-  await Deno.mkdir(node.resultsDir, { recursive: true });
-  const cache = (containerId: string) =>
-    Deno.writeTextFile(
-      `${node.resultsDir}/vpc-7b3e-${containerId}-eth0`,
-      JSON.stringify({
-        kind: "cniCacheV1",
-        containerId,
-        ifName: "eth0",
-        networkName: "vpc-7b3e",
-        result: {},
-      }),
-    );
+  const [runtimeDir] = node.resultsDirs;
+  await Deno.mkdir(runtimeDir, { recursive: true });
+  /** A libcni cache entry of the attachment, in `dir` (the runtime's by default). */
+  const cache = (
+    containerId: string,
+    o: { network?: string; ifname?: string; dir?: string } = {},
+  ) =>
+    writeCacheEntry(o.dir ?? runtimeDir, o.network ?? "vpc-7b3e", containerId, o.ifname ?? "eth0");
   const live = lease("live");
   const orphan = lease("orphan");
   await cache("live");
-  const run = (dryRun = false) =>
-    reconcile({ node, milo: stub.client(), graceMs: GRACE_MS, dryRun, now: () => clock.t });
+  const run = (dryRun = false, force = false) =>
+    reconcile({ node, milo: stub.client(), graceMs: GRACE_MS, dryRun, force, now: () => clock.t });
+  /** Runs until the claims absent now are past their second observation. */
+  const runTwice = async () => {
+    await run();
+    clock.t += GRACE_MS;
+    return await run();
+  };
   const state = async () =>
-    JSON.parse(await Deno.readTextFile(stateFileOf(node))) as Record<
+    JSON.parse(await Deno.readTextFile(stateFileOf(node))).absent as Record<
       string,
       { firstAbsent: number; uid?: string }
     >;
-  return { stub, clock, node, live, orphan, lease, cache, run, state, addOf };
+  return { stub, clock, node, live, orphan, lease, cache, run, runTwice, state, addOf };
+}
+
+/** Writes a libcni `cniCacheV1` entry as libcni names it: `<dir>/<network>-<cid>-<ifname>`. */
+async function writeCacheEntry(dir: string, network: string, containerId: string, ifname: string) {
+  await Deno.mkdir(dir, { recursive: true });
+  await Deno.writeTextFile(
+    `${dir}/${network}-${containerId}-${ifname}`,
+    JSON.stringify({
+      kind: "cniCacheV1",
+      containerId,
+      ifName: ifname,
+      networkName: network,
+      result: {},
+    }),
+  );
 }
 
 const names = (claims: WireClaim[]) => claims.map((c) => c.metadata.name).sort();
@@ -63,7 +88,7 @@ Deno.test("reconcile: the first observation records, the second after the grace 
       ]);
     }
     for (const c of w.live) {
-      assert.deepEqual(keptFor(first, c), ["live attachment in the result cache"]);
+      assert.deepEqual(keptFor(first, c), ["live: a result cache names its container"]);
     }
     assert.deepEqual(await w.state(), {
       [w.orphan[0].metadata.name]: { firstAbsent: t0, uid: w.orphan[0].metadata.uid },
@@ -163,7 +188,7 @@ Deno.test("reconcile: an attachment that reappears in the cache before the relea
     const r = await w.run();
     assert.deepEqual(r.released, []);
     for (const c of w.orphan) {
-      assert.deepEqual(keptFor(r, c), ["attachment reappeared on re-check"]);
+      assert.deepEqual(keptFor(r, c), ["its container reappeared in a result cache on re-check"]);
     }
     assert.equal(w.stub.seen("DELETE").length, 0);
   });
@@ -208,7 +233,7 @@ Deno.test("reconcile: a non-numeric state timestamp counts as first seen now", a
       const [o4] = w.orphan;
       await Deno.writeTextFile(
         stateFileOf(w.node),
-        JSON.stringify({ [o4.metadata.name]: { firstAbsent, uid: o4.metadata.uid } }),
+        JSON.stringify({ absent: { [o4.metadata.name]: { firstAbsent, uid: o4.metadata.uid } } }),
       );
       const r = await w.run();
       assert.equal(r.released.length, released, `firstAbsent=${JSON.stringify(firstAbsent)}`);
@@ -340,7 +365,9 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
     const [late4, late6] = land("late", 5_000);
     w.stub.remove(late6.metadata.name);
     const until = new Date(t0 + GRACE_MS).toISOString();
-    journal.beginAdd(at("killed"));
+    const holdings = new Holdings(w.node.stateDir);
+    holdings.adding(at("killed"), "add-killed", [claimName(at("killed"), "ipv4")], t0, t0 + 1e4);
+    const inDoubt = () => holdings.read(at("killed"))?.state === "adding";
 
     w.clock.t = t0 + 10_000;
     const first = await w.run();
@@ -356,7 +383,7 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
       );
     assert.deepEqual(await entries(), { late: 1, never: 2, "too-late": 2 });
     assert.equal(w.stub.seen("DELETE").length, 1);
-    assert.equal(journal.addInDoubt(at("killed")), true, "a marker younger than the grace stays");
+    assert.equal(inDoubt(), true, "a record younger than the grace stays");
 
     const [again4] = land("late", 200_000);
     w.stub.remove(again4.metadata.name);
@@ -375,6 +402,157 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
       assert.ok(w.stub.get(c.metadata.name), "a claim made after the doubt ended is not its own");
     }
     assert.deepEqual(await journal.list(), [], "every in-doubt entry ended");
-    assert.equal(journal.addInDoubt(at("killed")), false, "a marker past the grace is pruned");
+    assert.equal(inDoubt(), false, "a record past the grace is pruned");
   });
+});
+
+Deno.test("reconcile: a Multus-attached pod is live by its container, in the runtime's cache or Multus's", async () => {
+  await withTempDir(async (dir) => {
+    const multusDir = `${dir}/multus/results`;
+    const w = await setup(dir, { resultsDirs: [`${dir}/results`, multusDir] });
+    // The runtime cached only Multus itself; the delegate's result is in Multus's cache dir.
+    const thin = w.lease("multus-thin", { ifname: "net1" });
+    await w.cache("multus-thin", { network: "multus-cni-network", ifname: "eth0" });
+    await w.cache("multus-thin", { network: "vpc-7b3e", ifname: "net1", dir: multusDir });
+    // Only Multus's cache names it (a runtime whose own cache lies elsewhere).
+    const delegate = w.lease("multus-delegate", { ifname: "net1" });
+    await w.cache("multus-delegate", { network: "vpc-7b3e", ifname: "net1", dir: multusDir });
+    // Only the runtime's entry for Multus itself names the container.
+    const runtime = w.lease("multus-runtime", { ifname: "net1" });
+    await w.cache("multus-runtime", { network: "multus-cni-network", ifname: "eth0" });
+    for (let i = 0; i < 3; i++) {
+      const r = await w.run();
+      assert.deepEqual(r.errors, []);
+      for (const c of [...thin, ...delegate, ...runtime]) {
+        assert.deepEqual(keptFor(r, c), ["live: a result cache names its container"]);
+      }
+      w.clock.t += GRACE_MS;
+    }
+    assert.deepEqual(
+      w.stub.seen("DELETE").map((d) => d.path.split("/").pop()).sort(),
+      names(w.orphan),
+    );
+    assert.equal(w.stub.all().length, 8, "every live pod keeps both claims");
+  });
+});
+
+Deno.test("reconcile: the defaults read the runtime's and Multus's result caches", () => {
+  const node = invocation(new StubMilo(), {
+    command: "ADD",
+    stateDir: "/tmp/x",
+    node: { resultsDirs: undefined },
+  }).node;
+  assert.deepEqual(node.resultsDirs, ["/var/lib/cni/results", "/var/lib/cni/multus/results"]);
+});
+
+Deno.test("reconcile: an emptied cache is a brake; nothing is released until forced", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const more = ["b", "c", "d"].map((id) => w.lease(id)).flat();
+    await w.stub.remove(w.orphan[0].metadata.name);
+    await w.stub.remove(w.orphan[1].metadata.name);
+    for (const id of ["b", "c", "d"]) await w.cache(id);
+    const clean = await w.run();
+    assert.equal(clean.brake, null);
+    assert.equal(clean.live, 4);
+    await Deno.remove(w.node.resultsDirs[0], { recursive: true });
+    const r = await w.runTwice();
+    assert.equal(r.brake?.reason, "empty");
+    assert.match(r.brake!.message, /no live container in any result cache .*missing/);
+    assert.deepEqual(r.released, []);
+    assert.equal(exitOf(r), 2);
+    for (const c of [...w.live, ...more]) {
+      assert.deepEqual(keptFor(r, c), ["brake (empty): released nothing"]);
+    }
+    w.clock.t += GRACE_MS;
+    assert.equal((await w.run()).brake?.reason, "empty", "the brake holds run after run");
+    assert.equal(w.stub.seen("DELETE").length, 0);
+    const forced = await w.run(false, true);
+    assert.equal(forced.force, true);
+    assert.equal(forced.released.length, 8, "an operator's forced run releases");
+  });
+});
+
+Deno.test("reconcile: a live set shrunk under half the last clean run's is a brake until it recovers", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    w.stub.remove(w.orphan[0].metadata.name);
+    w.stub.remove(w.orphan[1].metadata.name);
+    const ids = ["b", "c", "d", "e", "f"];
+    for (const id of ids) {
+      w.lease(id);
+      await w.cache(id);
+    }
+    assert.equal((await w.run()).live, 6, "a clean run: its live set is the baseline");
+    for (const id of ["b", "c", "d", "e"]) {
+      await Deno.remove(`${w.node.resultsDirs[0]}/vpc-7b3e-${id}-eth0`);
+    }
+    const r = await w.runTwice();
+    assert.equal(r.brake?.reason, "shrunk");
+    assert.match(r.brake!.message, /shrank from 6 containers .* to 2 /);
+    assert.deepEqual(r.released, []);
+    await w.cache("b");
+    w.clock.t += GRACE_MS;
+    const recovered = await w.run();
+    assert.equal(recovered.brake, null, "3 of 6 live: no brake");
+    assert.equal(recovered.released.length, 6, "the three pods still absent are released");
+    const next = await w.run();
+    assert.equal(next.live, 3);
+    assert.equal(
+      JSON.parse(await Deno.readTextFile(stateFileOf(w.node))).baseline.live,
+      3,
+      "the next clean run moves the baseline",
+    );
+  });
+});
+
+Deno.test("reconcile: claims of another host under this node name, or of no host, are never judged", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await Deno.writeTextFile(`${dir}/other-machine-id`, "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f\n");
+    const other = w.lease("clone", { node: { hostIdFile: `${dir}/other-machine-id` } });
+    const legacy = w.lease("legacy").map((c) => {
+      const { "milo-ipam.io/host": _, ...rest } = c.metadata.annotations!;
+      return w.stub.put({ ...c, metadata: { ...c.metadata, annotations: rest } });
+    });
+    for (let i = 0; i < 3; i++) {
+      const r = await w.run();
+      assert.deepEqual(r.otherHosts, [{ host: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", claims: 2 }]);
+      for (const c of other) {
+        assert.match(keptFor(r, c)[0], /^made by host 0f0f.*another host under this node name/);
+      }
+      for (const c of legacy) assert.match(keptFor(r, c)[0], /^records no host/);
+      w.clock.t += GRACE_MS;
+    }
+    for (const c of [...other, ...legacy]) assert.ok(w.stub.get(c.metadata.name), c.metadata.name);
+    assert.deepEqual(
+      w.stub.seen("DELETE").map((d) => d.path.split("/").pop()).sort(),
+      names(w.orphan),
+      "only this host's orphan",
+    );
+  });
+});
+
+Deno.test("reconcile: a node whose stateDir was lost judges its own claims again by the liveness rule", async () => {
+  const etc = await Deno.makeTempDir();
+  await Deno.writeTextFile(`${etc}/machine-id`, "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e\n");
+  await withTempDir(async (dir) => {
+    const w = await setup(dir, { hostIdFile: `${etc}/machine-id` });
+    const live = w.lease("live-2");
+    const orphan = w.lease("orphan-2");
+    await w.cache("live-2");
+    await w.run();
+    await Deno.remove(w.node.stateDir, { recursive: true });
+    await Deno.mkdir(w.node.resultsDirs[0], { recursive: true });
+    await w.cache("live");
+    await w.cache("live-2");
+    const first = await w.run();
+    assert.deepEqual(first.released, [], "a first observation after the loss releases nothing");
+    w.clock.t += GRACE_MS;
+    const second = await w.run();
+    assert.deepEqual(second.released.map((r) => r.claim).sort(), names([...w.orphan, ...orphan]));
+    for (const c of [...w.live, ...live]) assert.ok(w.stub.get(c.metadata.name));
+    assert.equal(second.host, "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e");
+  });
+  await Deno.remove(etc, { recursive: true });
 });

@@ -221,6 +221,24 @@ Deno.test("a mirror pod's config.mirror annotation counts as the static pod exis
   assert.ok(w.milo.claims.has("c-etcd"));
 });
 
+Deno.test("a static pod whose mirror pod is missing is left to its node; on a gone node it goes", async () => {
+  const w = world();
+  // kubelet names a static pod <manifest name>-<node name>; no mirror pod made it to the API.
+  w.milo.add("c-etcd", { podUid: "static-hash-1", pod: "kube-system/etcd-node-1", node: "node-1" });
+  w.milo.add("c-etcd-3", {
+    podUid: "static-hash-3",
+    pod: "kube-system/etcd-node-3",
+    node: "node-3",
+  });
+  w.orphan("gone-0");
+  const r = await w.run();
+  assert.equal(row(r, "c-etcd").action, "kept");
+  assert.match(row(r, "c-etcd").why, /may be a static pod of node-1 .*that node's reconcile/);
+  assert.ok(w.milo.claims.has("c-etcd"));
+  assert.equal(row(r, "c-etcd-3").action, "released", "its node is gone too");
+  assert.equal(row(r, "c-gone-0").action, "released");
+});
+
 Deno.test("pagination: claims, pods and nodes over several pages, each page once per observation", async () => {
   const w = world({ miloPage: 2, kubePage: 2, bystander: false });
   w.kube.store.addNode("node-3");

@@ -4,6 +4,7 @@ import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/c
 import { parseNodeConfig, readNodeConfig } from "../lib/config.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
+import { hostId } from "../lib/host.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { sha256Hex } from "../lib/sha256.ts";
@@ -56,6 +57,8 @@ Deno.test("config: a network config may not set node settings, unless equal to t
       [{ cluster: "cluster-b" }, "cluster"],
       [{ stateDir: "/tmp" }, "stateDir"],
       [{ resultsDir: "/tmp" }, "resultsDir"],
+      [{ resultsDirs: ["/tmp"] }, "resultsDirs"],
+      [{ hostIdFile: "/tmp/id" }, "hostIdFile"],
       [{ milo: { namespace: "kube-system" } }, "milo"],
     ] as const
   ) {
@@ -63,6 +66,56 @@ Deno.test("config: a network config may not set node settings, unless equal to t
   }
   const same = parseNetConf(conf({ milo: { url: NODE.milo.url }, cluster: "cluster-a" }), n, "DEL");
   assert.equal(same.network.classes.ipv4, "vpc-pods-ipv4");
+});
+
+Deno.test("config: Retain is refused with code 7 naming the key, from the network or the node config", () => {
+  const n = node();
+  throwsCni(
+    () => parseNetConf(conf({ reclaimPolicy: "Retain" }), n, "ADD"),
+    7,
+    /ipam\.reclaimPolicy: Retain is not allowed.*set by the network config/,
+  );
+  throwsCni(
+    () => parseNetConf(conf({}), node({ reclaimPolicy: "Retain" }), "ADD"),
+    7,
+    /ipam\.reclaimPolicy: Retain.*set by the node config/,
+  );
+  const c = parseNetConf(conf({ reclaimPolicy: "Delete" }), n, "ADD");
+  assert.equal(c.network.reclaimPolicy, "Delete");
+});
+
+Deno.test("config: resultsDirs, or resultsDir beside Multus's cache, or both defaults", () => {
+  assert.deepEqual(node().resultsDirs, ["/var/lib/cni/results", "/var/lib/cni/multus/results"]);
+  assert.deepEqual(node({ resultsDir: "/run/cni/results" }).resultsDirs, [
+    "/run/cni/results",
+    "/var/lib/cni/multus/results",
+  ]);
+  assert.deepEqual(node({ resultsDirs: ["/a", "/b", "/c"] }).resultsDirs, ["/a", "/b", "/c"]);
+  throwsCni(() => node({ resultsDir: "/a", resultsDirs: ["/b"] }), 7, /resultsDirs or resultsDir/);
+  throwsCni(() => node({ resultsDirs: [] }), 7, /resultsDirs: must name at least one/);
+  throwsCni(() => node({ resultsDirs: ["rel"] }), 7, /resultsDirs\.0: must be an absolute path/);
+  assert.equal(node().hostIdFile, "/etc/machine-id");
+});
+
+Deno.test("host identity: the machine-id, else one made once in the state dir; a malformed one is 7", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const id = (file: string, stateDir = `${dir}/state`) =>
+      hostId({ hostIdFile: `${dir}/${file}`, stateDir });
+    await Deno.writeTextFile(`${dir}/machine-id`, "3d1219c7c4c5404aaa1f6d2a48adfda4\n");
+    assert.equal(id("machine-id"), "3d1219c7c4c5404aaa1f6d2a48adfda4");
+    const made = id("absent");
+    assert.match(made, /^[0-9a-f]{32}$/);
+    assert.equal(await Deno.readTextFile(`${dir}/state/host-id`), made + "\n");
+    assert.equal(id("machine-id"), "3d1219c7c4c5404aaa1f6d2a48adfda4");
+    assert.equal(id("absent"), made, "made once, read after");
+    await Deno.writeTextFile(`${dir}/uninitialized`, "uninitialized\n");
+    assert.equal(id("uninitialized"), made, "systemd's first-boot placeholder is no identity");
+    await Deno.writeTextFile(`${dir}/bad`, "two words\n");
+    throwsCni(() => id("bad"), 7, /not a label value/);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("config: a network's timeouts stay within the node's", () => {
@@ -323,6 +376,9 @@ Deno.test("install grants come from the node config, for launcher and binary ali
     assert.ok(g.read.includes("/etc/milo-ipam/token") && g.read.includes("/etc/milo-ipam/ca.crt"));
     assert.ok(g.read.includes(path));
     assert.ok(g.read.includes(`${dir}/bin/.milo-ipam`), "the bundle's chunks load on demand");
+    for (const f of ["/var/lib/cni/results", "/var/lib/cni/multus/results", "/etc/machine-id"]) {
+      assert.ok(g.read.includes(f), `reads ${f}: the result caches and the host identity`);
+    }
     assert.deepEqual(g.write.sort(), [
       "/run/milo-ipam",
       "/run/milo-ipam/agent.sock",

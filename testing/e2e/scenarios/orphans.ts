@@ -5,13 +5,19 @@
 import assert from "node:assert/strict";
 import type { Claim } from "../milo.ts";
 import { describe, newDriver } from "../kubelet.ts";
+import { bridgeConf } from "../netconf.ts";
 import { logLines } from "../nodes.ts";
 import { sleep } from "../pool.ts";
 import type { Pod } from "../runtime.ts";
-import { type NodeName } from "../topology.ts";
+import { clusterOf, type NodeName } from "../topology.ts";
 import { assertLedger, printLedger, removePod, type Run } from "./run.ts";
 
 const GRACE_S = 1;
+/**
+ * The killed ADDs' own deadline: GC leaves an ADD that may still run (its
+ * record `adding`, its deadline not passed) and takes its claim after it.
+ */
+const KILLED_TIMEOUTS = { requestMs: 1_000, totalMs: 2_000 };
 
 /** The pods of scenario 3: live ones per node, and orphans whose DEL never came. */
 interface Orphans {
@@ -46,7 +52,8 @@ async function vanished(run: Run, node: NodeName): Promise<Pod> {
 /** A lease whose ADD was SIGKILLed after Milo committed it, never retried. */
 async function killedAdd(run: Run, node: NodeName): Promise<Pod> {
   const p = await run.w.rt.newPod(node);
-  const r = await run.w.rt.cni("ADD", p, { killAfterMs: 600 });
+  const conf = bridgeConf(clusterOf(node), KILLED_TIMEOUTS);
+  const r = await run.w.rt.cni("ADD", p, { killAfterMs: 600, conf });
   assert.equal(r.ok, false, "killed ADD fails");
   await run.w.rt.forgetPod(p);
   return p;
@@ -103,6 +110,8 @@ async function makeOrphans(run: Run): Promise<Orphans> {
   } else {
     orphans.a1.push(killed[0], killed[1]);
     orphans.b1.push(killed[2]);
+    // The killed ADDs' deadlines pass: from then on they cannot be in flight.
+    await sleep(KILLED_TIMEOUTS.totalMs + 600);
   }
   const before = await run.w.ledger();
   printLedger(run, "scenario 3 (orphans made)", before);

@@ -1,0 +1,176 @@
+/**
+ * The node's record of the attachments whose leases it holds or is making:
+ * one small JSON file per attachment under `<stateDir>/holdings/`, named by
+ * the hash its claims are named by. Written under the attachment's lock:
+ *
+ * - before an ADD sends its creates: `adding`, with the ADD's call id;
+ * - once the ADD succeeded: `held`, with the claims' uids;
+ * - removed when a DEL released the claims; put back as it was when an ADD
+ *   failed and Milo answered every create it sent.
+ *
+ * An `adding` record left behind (the plugin was killed, or a create went
+ * unanswered) tells the DEL after it that a claim may still appear: it
+ * records an in-doubt journal entry (lib/journal.ts). The call id of the last
+ * successful ADD tells the agent's undo whether a later ADD of the attachment
+ * succeeded since (the runtime was told about that one: it is never undone).
+ *
+ * Files are written synchronously (temporary file, rename), without fsync: a
+ * record matters while the processes that use it live, and a machine that
+ * crashes takes its pods with it.
+ */
+import type { Attachment } from "./claims.ts";
+import { attachmentHash } from "./claims.ts";
+import { CniError, errorText } from "./errors.ts";
+import { WATCHDOG_GRACE_MS } from "./timers.ts";
+
+/** One claim of a record. */
+export interface HeldClaim {
+  name: string;
+  uid?: string;
+}
+
+/** What the node records of one attachment. */
+export interface Holding {
+  state: "adding" | "held";
+  /** The call id of the ADD that wrote it. */
+  addId: string;
+  /** When it was written (ms since epoch, the node's clock). */
+  at: number;
+  /** `adding`: when the ADD ends at the latest, its watchdog's included (the node's clock). */
+  until?: number;
+  network: string;
+  containerId: string;
+  ifname: string;
+  claims: HeldClaim[];
+}
+
+type Key = Pick<Attachment, "cluster" | "containerId" | "ifname">;
+
+/** The records of one node. */
+export class Holdings {
+  readonly dir: string;
+
+  constructor(stateDir: string) {
+    this.dir = `${stateDir}/holdings`;
+  }
+
+  /** The record file of an attachment. */
+  pathOf(a: Key): string {
+    return `${this.dir}/pod-${attachmentHash(a)}.json`;
+  }
+
+  /** The record of `a`, if any (an unreadable one counts as an ADD in doubt). */
+  read(a: Key): Holding | undefined {
+    let text: string;
+    try {
+      text = Deno.readTextFileSync(this.pathOf(a));
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return undefined;
+      throw new CniError("io", `cannot read ${this.pathOf(a)}`, errorText(err));
+    }
+    try {
+      const v = JSON.parse(text) as Holding;
+      if ((v.state === "adding" || v.state === "held") && typeof v.addId === "string") return v;
+    } catch {
+      // Torn or foreign: treated as in doubt below.
+    }
+    return { ...fields(a as Attachment, []), state: "adding", addId: "", at: 0 };
+  }
+
+  /**
+   * Records that the ADD `addId` of `a`, which ends by `deadline` (its
+   * watchdog's grace added here), is about to create `names`.
+   */
+  adding(a: Attachment, addId: string, names: string[], now: number, deadline: number): void {
+    this.#write(a, {
+      ...fields(a, names.map((name) => ({ name }))),
+      state: "adding",
+      addId,
+      at: now,
+      until: deadline + WATCHDOG_GRACE_MS,
+    });
+  }
+
+  /** Records that the ADD `addId` of `a` holds `claims`. */
+  held(a: Attachment, addId: string, claims: HeldClaim[], now: number): void {
+    this.#write(a, { ...fields(a, claims), state: "held", addId, at: now });
+  }
+
+  /** Writes `h` back as the record of `a` (what a failed ADD found before it began). */
+  put(a: Key, h: Holding): void {
+    this.#write(a, h);
+  }
+
+  /** Removes the record of `a` (none is fine). */
+  remove(a: Key): void {
+    try {
+      Deno.removeSync(this.pathOf(a));
+    } catch (err) {
+      if (!(err instanceof Deno.errors.NotFound)) {
+        throw new CniError("io", `cannot remove ${this.pathOf(a)}`, errorText(err));
+      }
+    }
+  }
+
+  /**
+   * Removes `adding` records older than `ms`: their ADD is long over, and a
+   * DEL after that long needs no doubt (a late create has landed by then).
+   * Answers how many it removed.
+   */
+  pruneAdding(ms: number, now: number): number {
+    let removed = 0;
+    let names: string[];
+    try {
+      names = [...Deno.readDirSync(this.dir)].filter((e) => e.isFile).map((e) => e.name);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return 0;
+      throw new CniError("io", `cannot list ${this.dir}`, errorText(err));
+    }
+    for (const name of names) {
+      if (!name.endsWith(".json")) continue;
+      const path = `${this.dir}/${name}`;
+      let v: Partial<Holding>;
+      try {
+        v = JSON.parse(Deno.readTextFileSync(path));
+      } catch {
+        continue;
+      }
+      if (v.state !== "adding" || now - (v.at ?? 0) < ms) continue;
+      try {
+        Deno.removeSync(path);
+        removed++;
+      } catch {
+        // Removed meanwhile.
+      }
+    }
+    return removed;
+  }
+
+  #write(a: Key, h: Holding): void {
+    const path = this.pathOf(a);
+    const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+    const bytes = new TextEncoder().encode(JSON.stringify(h));
+    const write = () => Deno.writeFileSync(tmp, bytes, { createNew: true, mode: 0o600 });
+    try {
+      try {
+        write();
+      } catch (err) {
+        if (!(err instanceof Deno.errors.NotFound)) throw err;
+        Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+        write();
+      }
+      Deno.renameSync(tmp, path);
+    } catch (err) {
+      try {
+        Deno.removeSync(tmp);
+      } catch {
+        // Never made.
+      }
+      throw new CniError("io", `cannot write ${path}`, errorText(err));
+    }
+  }
+}
+
+function fields(a: Attachment, claims: HeldClaim[]) {
+  return { network: a.network, containerId: a.containerId, ifname: a.ifname, claims };
+}

@@ -1,0 +1,288 @@
+/**
+ * Ledger truth on the node, through the installed plugin: no release path
+ * frees a live pod's lease. A plugin starved past its give-up time after
+ * sending to the agent keeps what it prints; Multus-attached pods on the
+ * default cache paths stay live; an emptied cache is a brake; the release
+ * journal keeps every owed release past its old bound of 1,024.
+ */
+import assert from "node:assert/strict";
+import { attachmentHash, KEYS } from "../lib/claims.ts";
+import { Journal } from "../lib/journal.ts";
+import type { ReconcileReport } from "../lib/reconcile.ts";
+import { claimBody, miloApi, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
+import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
+import { assertOk, freePort, ipsOf, PLUGIN_SEED, TOKEN, until } from "../testing/process.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const IS_ROOT = Deno.uid() === 0;
+const IN_CI = Boolean(Deno.env.get("CI"));
+
+/** The address each claim of `containerId` leases, as a result prints it. */
+async function leased(milo: MiloDev, containerId: string): Promise<string[]> {
+  const claims = await milo.listClaims("tenant-a", `${KEYS.containerId}=${containerId}`);
+  return claims.map((c) => {
+    const [, prefix] = String(c.status.allocatedCIDR).split("/");
+    return c.status.address ? `${c.status.address}/${prefix}` : c.status.allocatedCIDR;
+  }).sort();
+}
+
+/** Runs `milo-ipam reconcile` of the install; answers its exit code and report. */
+async function reconcile(p: TestPlugin, ...args: string[]) {
+  const r = await p.run({ command: "", args: ["reconcile", ...args] });
+  return { code: r.code, report: r.json as unknown as ReconcileReport, stdout: r.stdout };
+}
+
+/**
+ * A relay in front of the agent's socket: the plugin connects to `front`, its
+ * bytes go on to the agent (moved to `back`) at once, and the agent's frames
+ * wait until `open()`: a test can stop the plugin after it sent its request
+ * and before it could read the agent's acknowledgement.
+ */
+function relay(front: string, back: string) {
+  const sent = Promise.withResolvers<void>();
+  const gate = Promise.withResolvers<void>();
+  const listener = Deno.listen({ transport: "unix", path: front });
+  const pipes: Promise<unknown>[] = [];
+  const pipe = async (from: Deno.Conn, to: Deno.Conn, before?: Promise<void>) => {
+    const buf = new Uint8Array(64 * 1024);
+    try {
+      for (let n = await from.read(buf); n !== null; n = await from.read(buf)) {
+        if (!before) sent.resolve();
+        await before;
+        for (let at = 0; at < n;) at += await to.write(buf.subarray(at, n));
+      }
+    } catch {
+      // Either side closed.
+    }
+    for (const c of [from, to]) {
+      try {
+        c.close();
+      } catch {
+        // Closed already.
+      }
+    }
+  };
+  const accepting = (async () => {
+    for await (const plugin of listener) {
+      const agent = await Deno.connect({ transport: "unix", path: back });
+      pipes.push(pipe(plugin, agent), pipe(agent, plugin, gate.promise));
+    }
+  })().catch(() => {});
+  return {
+    sent: sent.promise,
+    open: () => gate.resolve(),
+    close: async () => {
+      listener.close();
+      await accepting;
+      await Promise.allSettled(pipes);
+    },
+  };
+}
+
+Deno.test("ledger truth: a plugin starved past its give-up time after sending keeps the lease it prints", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, agent: true });
+  try {
+    await p.startAgent();
+    const conf = p.netConf();
+    const id = "starved";
+    // Another call of the attachment holds its lock: the agent's ADD, acknowledged, waits.
+    await Deno.mkdir(`${p.stateDir}/locks`, { recursive: true });
+    const lock = await Deno.open(
+      `${p.stateDir}/locks/${
+        attachmentHash({ cluster: "cluster-a", containerId: id, ifname: "eth0" }).slice(0, 3)
+      }`,
+      { read: true, write: true, create: true },
+    );
+    await lock.lock(true);
+    await Deno.rename(p.socket!, `${p.socket}.agent`);
+    const front = relay(p.socket!, `${p.socket}.agent`);
+    let child: Deno.ChildProcess | undefined;
+    const call = p.run({
+      command: "ADD",
+      containerId: id,
+      stdin: conf,
+      timeoutMs: 30_000,
+      onSpawn: (c) => child = c,
+    });
+    try {
+      await front.sent;
+      // Stopped right after sending, until past its give-up time (requestMs 1000 from
+      // connecting); the agent acknowledged at once, by its clock well in time, but the ack
+      // reaches the plugin only after its timer ran (a node too busy to run either promptly).
+      child!.kill("SIGSTOP");
+      await sleep(1_500);
+      child!.kill("SIGCONT");
+      await sleep(200);
+      front.open();
+      // It fell back: its own ADD waits for the lock the agent's ADD waits for.
+      await sleep(700);
+    } finally {
+      lock.close();
+    }
+    const r = await call;
+    assertOk(r);
+    const lines = async () => (await p.logLines()).filter((l) => l.containerId === id);
+    const direct = (await lines()).find((l) => l.via === "direct");
+    assert.match(String(direct?.fallback), /agent did not answer within 1000 ms/, "starved");
+    // The agent's ADD ends (its caller gone), and any undo after it.
+    await until(
+      async () => (await lines()).some((l) => l.via === "agent" && l.verb === "ADD"),
+      "the agent's ADD ended",
+    );
+    await sleep(1_000);
+    const printed = ipsOf(r).map((i) => i.address).sort();
+    assert.equal(printed.length, 2);
+    assert.deepEqual(await leased(milo, id), printed, "Milo holds what the plugin printed");
+    const undo = (await lines()).filter((l) => l.why);
+    assert.deepEqual(undo, [], "the caller took the call over: nothing to undo");
+    await front.close();
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});
+
+/** Writes a libcni cache entry `<dir>/<network>-<cid>-<ifname>`; answers its path. */
+async function cacheEntry(dir: string, network: string, cid: string, ifname: string) {
+  await Deno.mkdir(dir, { recursive: true });
+  const path = `${dir}/${network}-${cid}-${ifname}`;
+  const entry = { kind: "cniCacheV1", containerId: cid, ifName: ifname, networkName: network };
+  await Deno.writeTextFile(path, JSON.stringify({ ...entry, result: {} }));
+  return path;
+}
+
+Deno.test({
+  name: IS_ROOT || IN_CI
+    ? "ledger truth: Multus-attached pods on the default cache paths stay live through reconcile"
+    : "ledger truth: Multus-attached pods on the default cache paths (skipped: needs root)",
+  ignore: !IS_ROOT && !IN_CI,
+}, async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  // No resultsDir(s): the defaults, /var/lib/cni/results and /var/lib/cni/multus/results.
+  const p = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    nodeConfig: { resultsDir: undefined },
+  });
+  const written: string[] = [];
+  const tag = crypto.randomUUID().slice(0, 8);
+  try {
+    const conf = p.netConf();
+    const pods = [1, 2, 3].map((i) => `multus-${tag}-${i}`);
+    for (const cid of pods) {
+      assertOk(await p.run({ command: "ADD", containerId: cid, ifname: "net1", stdin: conf }));
+      // The runtime caches Multus itself; Multus caches its delegate under its own cache dir.
+      written.push(await cacheEntry("/var/lib/cni/results", "multus-cni-network", cid, "eth0"));
+      written.push(await cacheEntry("/var/lib/cni/multus/results", "vpc-7b3e", cid, "net1"));
+    }
+    const gone = `multus-${tag}-gone`;
+    assertOk(await p.run({ command: "ADD", containerId: gone, ifname: "net1", stdin: conf }));
+    const runs = [];
+    for (let i = 0; i < 3; i++) runs.push(await reconcile(p, "--grace", "0"));
+    for (const cid of pods) assert.equal((await leased(milo, cid)).length, 2, `${cid} kept`);
+    assert.deepEqual(await leased(milo, gone), [], "the pod whose DEL never came is released");
+    for (const r of runs) {
+      assert.equal(r.code, 0, r.stdout);
+      assert.deepEqual(r.report.caches.map((c) => c.dir), [
+        "/var/lib/cni/results",
+        "/var/lib/cni/multus/results",
+      ]);
+    }
+  } finally {
+    for (const path of written) await Deno.remove(path).catch(() => {});
+    await p.cleanup();
+    await milo.stop();
+  }
+});
+
+Deno.test("ledger truth: an emptied cache is a brake for reconcile and the agent; --force releases", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const metrics = `127.0.0.1:${freePort()}`;
+  const p = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    agent: true,
+    agentMetrics: metrics,
+    nodeConfig: { reconcile: { graceS: 0 } },
+  });
+  try {
+    const conf = p.netConf();
+    const pods = ["e1", "e2", "e3", "e4"];
+    for (const cid of pods) {
+      assertOk(await p.run({ command: "ADD", containerId: cid, stdin: conf }));
+      await cacheEntry(p.resultsDir, "vpc-7b3e", cid, "eth0");
+    }
+    const clean = await reconcile(p);
+    assert.equal(clean.code, 0, clean.stdout);
+    assert.equal(clean.report.live, 4);
+    for (const e of Deno.readDirSync(p.resultsDir)) Deno.removeSync(`${p.resultsDir}/${e.name}`);
+    await reconcile(p, "--grace", "0");
+    const braked = await reconcile(p, "--grace", "0");
+    assert.equal(braked.code, 2, braked.stdout);
+    assert.equal(braked.report.brake?.reason, "empty");
+    assert.deepEqual(braked.report.released, []);
+    for (const cid of pods) assert.equal((await leased(milo, cid)).length, 2, `${cid} kept`);
+
+    await p.startAgent();
+    const text = async () => await (await fetch(`http://${metrics}/metrics`)).text();
+    await until(
+      async () => /milo_ipam_reconcile_brakes_total\{reason="empty"\} 1/.test(await text()),
+      "the agent's reconcile at start braked",
+    );
+    const line = (await p.logLines()).find((l) => l.verb === "RECONCILE");
+    assert.equal(line?.level, "warn");
+    assert.equal((line?.brake as { reason?: string })?.reason, "empty");
+    await p.stopAgent();
+    for (const cid of pods) assert.equal((await leased(milo, cid)).length, 2, `${cid} kept`);
+
+    const forced = await reconcile(p, "--grace", "0", "--force");
+    assert.equal(forced.code, 0, forced.stdout);
+    assert.equal(forced.report.released.length, 8, "an operator's forced run releases");
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});
+
+Deno.test("ledger truth: the journal keeps every owed release past 1,024 entries; reconcile makes them", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN });
+  try {
+    const journal = new Journal(p.stateDir);
+    const owed = 1_100;
+    const make = async (i: number) => {
+      const name = `owed-${i}`;
+      const a = {
+        cluster: "cluster-a",
+        node: "node-a1",
+        network: "vpc-7b3e",
+        containerId: name,
+        ifname: "eth0",
+      };
+      const r = await miloApi(milo, "POST", "/namespaces/default/ipclaims", {
+        body: claimBody(name, { className: "vpc-pods-ipv6", ipFamily: "IPv6" }),
+      });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      await journal.record(a, [{ name, uid: r.body.metadata.uid }], "Milo answered 503", 1_000 + i);
+    };
+    for (let i = 0; i < owed; i += 50) {
+      await Promise.all(Array.from({ length: Math.min(50, owed - i) }, (_, j) => make(i + j)));
+    }
+    const conf = p.netConf();
+    assertOk(await p.run({ command: "ADD", containerId: "last", stdin: conf }));
+    await milo.setFaults({ errorRate: 1, errorStatuses: [503], methods: ["DELETE"] });
+    const del = await p.run({ command: "DEL", containerId: "last", stdin: conf });
+    await milo.clearFaults();
+    assert.equal(del.json?.code, 11, del.stdout);
+    assert.equal((await journal.list()).length, owed + 1, "no entry dropped");
+    const r = await reconcile(p);
+    assert.equal(r.code, 0, r.stdout.slice(0, 2_000));
+    assert.equal(r.report.released.filter((x) => x.via === "journal").length, owed + 2);
+    assert.deepEqual(await journal.list(), []);
+    assert.deepEqual(await milo.listClaims("tenant-a"), [], "every owed release made");
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});
