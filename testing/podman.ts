@@ -10,6 +10,8 @@
  * and libcni's result cache (`/var/lib/cni/results`); {@link Podman.cleanup}
  * removes the cache entries of the test's network.
  */
+import { runtimeSeed } from "./seeds.ts";
+
 /** Whether `path` exists (following symlinks). */
 async function exists(path: string): Promise<boolean> {
   return await Deno.stat(path).then(() => true, () => false);
@@ -336,32 +338,10 @@ export interface Inspected {
   };
 }
 
+const podmanSeed = runtimeSeed("mipod", "p", "10.213.0.0/24");
 /** The milo-dev seed of the podman e2e: one tenant, IPv4 /32s from 10.213.0.0/24. */
-export const PODMAN_SEED = {
-  projects: [{
-    name: "tenant-p",
-    tokens: ["mipod-token-tenant-p"],
-    ipClasses: [{
-      metadata: { name: "mipod-pods-ipv4" },
-      spec: {
-        ipFamily: "IPv4",
-        prefixLength: 32,
-        requiredScopeRoles: ["network"],
-        allocationStrategy: "FirstFit",
-      },
-    }],
-    ipPools: [{
-      metadata: { name: "mipod-pods-v4" },
-      spec: {
-        cidr: "10.213.0.0/24",
-        ipFamily: "IPv4",
-        classNames: ["mipod-pods-ipv4"],
-        reservations: { leading: 1, trailing: 1, unitPrefixLength: 32 },
-      },
-    }],
-  }],
-};
+export const PODMAN_SEED = podmanSeed.seed;
 /** Bearer token of {@link PODMAN_SEED}. */
-export const PODMAN_TOKEN = PODMAN_SEED.projects[0].tokens[0];
+export const PODMAN_TOKEN = podmanSeed.token;
 /** The IPClass the podman network's ipam block asks for. */
-export const PODMAN_CLASS = PODMAN_SEED.projects[0].ipClasses[0].metadata.name;
+export const PODMAN_CLASS = podmanSeed.className;

@@ -54,3 +54,22 @@ export async function until(ok: () => Promise<boolean>, what: string, ms = 10_00
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/** Bounds of {@link waitFor}: attempts and wall time. */
+const WAIT = { attempts: 100, ms: 20_000, stepMs: 200 };
+
+/** Polls `probe` until it answers a value (200 ms apart, at most 100 times and 20 s). */
+export async function waitFor<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + WAIT.ms;
+  let last: unknown;
+  for (let i = 0; i < WAIT.attempts && Date.now() < deadline; i++) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, WAIT.stepMs));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ""}`);
+}

@@ -41,3 +41,37 @@ export const BENCH_CLASSES = {
   ipv4: bench.projects[0].ipClasses[0].metadata.name,
   ipv6: bench.projects[0].ipClasses[1].metadata.name,
 } as const;
+
+/**
+ * The milo-dev seed of a runtime's e2e (podman, containerd): one tenant
+ * `tenant-<id>` with one IPv4 class `<prefix>-pods-ipv4` of /32s from one /24
+ * pool (FirstFit, the first and last units reserved), and its token and class.
+ */
+export function runtimeSeed(prefix: string, id: string, cidr: string) {
+  const className = `${prefix}-pods-ipv4`;
+  const seed = {
+    projects: [{
+      name: `tenant-${id}`,
+      tokens: [`${prefix}-token-tenant-${id}`],
+      ipClasses: [{
+        metadata: { name: className },
+        spec: {
+          ipFamily: "IPv4",
+          prefixLength: 32,
+          requiredScopeRoles: ["network"],
+          allocationStrategy: "FirstFit",
+        },
+      }],
+      ipPools: [{
+        metadata: { name: `${prefix}-pods-v4` },
+        spec: {
+          cidr,
+          ipFamily: "IPv4",
+          classNames: [className],
+          reservations: { leading: 1, trailing: 1, unitPrefixLength: 32 },
+        },
+      }],
+    }],
+  };
+  return { seed, project: `tenant-${id}`, token: seed.projects[0].tokens[0], className };
+}

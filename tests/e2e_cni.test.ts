@@ -2,7 +2,8 @@
  * End to end: milo-ipam under a real CNI master (Debian's bridge and ptp) in
  * real network namespaces, two clusters sharing one tenant pool in milo-dev,
  * with faults; once with the plugin working alone and once with a
- * `milo-ipam agent` per node. Needs root, iproute2 and
+ * `milo-ipam agent` per node; pods attached through Multus too (scenario 7).
+ * Needs root, iproute2 and
  * containernetworking-plugins; skips with the reason elsewhere, and fails
  * instead of skipping when CI is set. See docs/e2e.md.
  */
@@ -10,6 +11,7 @@ import { e2eMissing, HAVE_PING, type Mode, MODES, World } from "../testing/e2e/m
 import { agentRestart } from "../testing/e2e/scenarios/agent_restart.ts";
 import { boundedFailure } from "../testing/e2e/scenarios/bounded.ts";
 import { churnWithFaults } from "../testing/e2e/scenarios/churn.ts";
+import { multusAttachments } from "../testing/e2e/scenarios/multus.ts";
 import { twoClustersOnePool } from "../testing/e2e/scenarios/one_pool.ts";
 import { delNeverCame } from "../testing/e2e/scenarios/orphans.ts";
 import { ptpIpv6 } from "../testing/e2e/scenarios/ptp.ts";
@@ -22,6 +24,15 @@ const CHURN: Record<Mode, number> = {
   direct: Number(Deno.env.get("E2E_CHURN") ?? 1000),
   agent: Number(Deno.env.get("E2E_CHURN_AGENT") ?? Deno.env.get("E2E_CHURN") ?? 1000),
 };
+/** Multus lifecycles of scenario 7 per mode (E2E_MULTUS_CHURN; else 150, at most the mode's churn). */
+const MULTUS_CHURN: Record<Mode, number> = {
+  direct: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(150, CHURN.direct)),
+  agent: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(150, CHURN.agent)),
+};
+/** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7); all by default. Not in CI. */
+const ONLY = Deno.env.get("E2E_SCENARIOS")?.split(",").map((s) => s.trim()).filter(Boolean);
+if (ONLY && IN_CI) throw new Error("E2E_SCENARIOS is for local runs: CI runs every scenario");
+const wanted = (n: string) => !ONLY || ONLY.includes(n);
 /** E2E_MODE=direct or agent runs one mode; both by default. */
 const RUN_MODES: readonly Mode[] = (() => {
   const m = Deno.env.get("E2E_MODE");
@@ -42,33 +53,50 @@ for (const mode of RUN_MODES) {
     sanitizeResources: false,
   }, async (t) => {
     if (MISSING) throw new Error(`CI is set but the e2e prerequisites are missing: ${MISSING}`);
-    const run: Run = { w: new World(mode), mode, figures: { mode } };
+    const run: Run = { w: new World(mode, { multus: true }), mode, figures: { mode } };
     const started = performance.now();
     try {
       await timed(run, "setup", () => run.w.setup());
       run.w.rt.timeouts = LOADED_TIMEOUTS;
       run.figures.reachability = HAVE_PING ? "ping" : "tcp probe (no ping installed)";
-      await t.step(
-        "1. two clusters, one pool: 200 pods, 64 in flight, then exhaustion",
-        () => twoClustersOnePool(run),
-      );
-      await t.step(
-        "1b. ptp master: IPv6 /96 blocks with a link-local gateway",
-        () => ptpIpv6(run),
-      );
-      await t.step(
-        `2. churn with faults: ${CHURN[mode]} lifecycles, ${INFLIGHT} in flight`,
-        () => churnWithFaults(run, CHURN[mode]),
-      );
-      await t.step(
-        "3. DEL never came: GC and node reconcile release exactly the orphans",
-        () => delNeverCame(run),
-      );
-      await t.step("5. bounded failure: milo-dev down or hanging", () => boundedFailure(run));
-      if (mode === "agent") {
+      if (wanted("1")) {
+        await t.step(
+          "1. two clusters, one pool: 200 pods, 64 in flight, then exhaustion",
+          () => twoClustersOnePool(run),
+        );
+      }
+      if (wanted("1b")) {
+        await t.step(
+          "1b. ptp master: IPv6 /96 blocks with a link-local gateway",
+          () => ptpIpv6(run),
+        );
+      }
+      if (wanted("2")) {
+        await t.step(
+          `2. churn with faults: ${CHURN[mode]} lifecycles, ${INFLIGHT} in flight`,
+          () => churnWithFaults(run, CHURN[mode]),
+        );
+      }
+      if (wanted("3")) {
+        await t.step(
+          "3. DEL never came: GC and node reconcile release exactly the orphans",
+          () => delNeverCame(run),
+        );
+      }
+      if (wanted("5")) {
+        await t.step("5. bounded failure: milo-dev down or hanging", () => boundedFailure(run));
+      }
+      if (mode === "agent" && wanted("6")) {
         await t.step(
           "6. agent SIGKILLed and restarted with 32 ADDs in flight",
           () => timed(run, "scenario 6", () => agentRestart(run)),
+        );
+      }
+      if (wanted("7")) {
+        await t.step(
+          `7. Multus: 16 pods live through reconcile, ${MULTUS_CHURN[mode]} lifecycles with ` +
+            `faults${mode === "agent" ? " and an agent restart" : ""}, a DEL that never came`,
+          () => timed(run, "scenario 7", () => multusAttachments(run, MULTUS_CHURN[mode])),
         );
       }
     } finally {

@@ -30,6 +30,7 @@ import {
   podmanMissing,
   runCmd,
 } from "../testing/podman.ts";
+import { waitFor } from "../testing/process.ts";
 
 const MISSING = await podmanMissing();
 const IN_CI = Boolean(Deno.env.get("CI"));
@@ -39,26 +40,8 @@ const BRIDGE = "mipod0";
 const IMAGE = "localhost/mi-busybox";
 const CLUSTER = "cluster-p";
 const NODE = "node-p1";
-/** Bounds of every wait loop: attempts and wall time. */
-const WAIT = { attempts: 100, ms: 20_000, stepMs: 200 };
 
 if (MISSING && !IN_CI) console.warn(`podman e2e skipped: ${MISSING} (see docs/e2e.md)`);
-
-/** Polls `probe` until it answers a value, at most WAIT.attempts times and WAIT.ms. */
-async function waitFor<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + WAIT.ms;
-  let last: unknown;
-  for (let i = 0; i < WAIT.attempts && Date.now() < deadline; i++) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, WAIT.stepMs));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ""}`);
-}
 
 /** The journal entry files of the plugin's state dir. */
 async function journalEntries(plugin: TestPlugin): Promise<{ containerId: string }[]> {

@@ -2,11 +2,13 @@
  * The runtime's result cache, libcni style: one `cniCacheV1` file per
  * attachment at `<root>/<node>/<network>-<containerID>-<ifname>`, written after
  * a successful ADD, read for CHECK's and DEL's `prevResult`, removed by DEL.
- * `milo-ipam reconcile` and GC's valid attachments read it too.
+ * `milo-ipam reconcile` and GC's valid attachments read it too. Multus keeps
+ * its delegates' results in a cache of the same shape, at
+ * `<root>/<node>/results/...` (`<root>/<node>` is the node's Multus `cniDir`).
  */
 import { Buffer } from "node:buffer";
 import { normCidr } from "./ledger.ts";
-import type { CniResult, NetConf } from "./netconf.ts";
+import { type CniResult, MULTUS_NETWORK } from "./netconf.ts";
 import { clusterOf, NODE_NAMES, type NodeName } from "./topology.ts";
 
 /** What names one attachment in the cache. */
@@ -49,14 +51,23 @@ export interface ValidAttachment {
 /** The result caches of every node, under one root. */
 export class ResultCache {
   readonly root: string;
+  /** The results' subdirectory of a node's directory ("" for the runtime's cache). */
+  readonly #sub: string;
 
-  constructor(root: string) {
+  /** `sub` "results" gives Multus's layout: `<root>/<node>/results/`. */
+  constructor(root: string, sub = "") {
     this.root = root;
+    this.#sub = sub;
   }
 
-  /** A node's cache directory (its node config's `resultsDir`). */
-  dir(node: NodeName): string {
+  /** A node's directory: the runtime's cache, or Multus's `cniDir`. */
+  base(node: NodeName): string {
     return `${this.root}/${node}`;
+  }
+
+  /** A node's cache directory (an entry of its node config's `resultsDirs`). */
+  dir(node: NodeName): string {
+    return this.#sub ? `${this.base(node)}/${this.#sub}` : this.base(node);
   }
 
   /** Creates every node's directory. */
@@ -81,7 +92,7 @@ export class ResultCache {
   /** Writes the entry of a successful ADD. */
   async write(
     a: AttachmentRef,
-    o: { conf: NetConf; netns: string; cniArgs: string; result: CniResult },
+    o: { conf: Record<string, unknown>; netns: string; cniArgs: string; result: CniResult },
   ): Promise<void> {
     const entry: CacheEntry = {
       kind: "cniCacheV1",
@@ -104,9 +115,17 @@ export class ResultCache {
   async #entries(node: NodeName): Promise<CacheEntry[]> {
     const out: CacheEntry[] = [];
     for await (const e of Deno.readDir(this.dir(node))) {
+      if (!e.isFile) continue;
       out.push(JSON.parse(await Deno.readTextFile(`${this.dir(node)}/${e.name}`)) as CacheEntry);
     }
     return out;
+  }
+
+  /** The entries' file names in a node's cache directory, sorted. */
+  async files(node: NodeName): Promise<string[]> {
+    const out: string[] = [];
+    for await (const e of Deno.readDir(this.dir(node))) if (e.isFile) out.push(e.name);
+    return out.sort();
   }
 
   /** Valid attachments of a node on `network` (what a runtime passes to GC). */
@@ -115,11 +134,16 @@ export class ResultCache {
       .map((d) => ({ containerID: d.containerId, ifname: d.ifName }));
   }
 
-  /** The live attachments: entries of every node whose pod namespace still exists. */
+  /**
+   * The live attachments: entries of every node whose pod namespace still
+   * exists. Multus's own entries (`multus-cni-network`) are no attachment of
+   * milo-ipam: its delegates' results, in the Multus cache, are.
+   */
   async liveAttachments(): Promise<LiveAttachment[]> {
     const out: LiveAttachment[] = [];
     for (const node of NODE_NAMES) {
       for (const doc of await this.#entries(node)) {
+        if (doc.networkName === MULTUS_NETWORK) continue;
         const exists = await Deno.stat(String(doc.netns ?? "")).then(() => true, () => false);
         if (!exists) continue;
         out.push({

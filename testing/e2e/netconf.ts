@@ -8,6 +8,15 @@
 export const NET_BRIDGE = "vpc-7b3e";
 /** The IPv6-only network through `ptp`. */
 export const NET_PTP6 = "vpc-7b3e-ptp6";
+/**
+ * The network a NetworkAttachmentDefinition attaches through Multus (galactic's
+ * layout): bridge + milo-ipam as Multus's delegate, on the pod's `net1`.
+ */
+export const NET_MULTUS = "vpc-7b3e-nad";
+/** The network name of Multus itself: its entry in the runtime's own result cache. */
+export const MULTUS_NETWORK = "multus-cni-network";
+/** The interface Multus gives the first additional network (the default network gets eth0). */
+export const MULTUS_IFNAME = "net1";
 
 /** Usable IPv4 addresses of the pool: 10.244.0.1 .. 10.244.0.200. */
 export const POOL_SIZE = 200;
@@ -91,5 +100,34 @@ export function ptp6Conf(timeouts: Timeouts): NetConf {
       classes: { ipv6: "vpc-pods-ipv6" },
       gateways: { ipv6: "fe80::1" },
     }),
+  };
+}
+
+/**
+ * The NetworkAttachmentDefinition's config: the delegate Multus runs through
+ * libcni for the pod's `net1` (bridge `mbr1` of the node, milo-ipam's block).
+ */
+export function multusDelegateConf(cluster: string, timeouts: Timeouts): NetConf {
+  return {
+    ...bridgeConf(cluster, timeouts),
+    name: NET_MULTUS,
+    bridge: "mbr1",
+  };
+}
+
+/**
+ * Multus's own config as the runtime pipes it (thin plugin, `cniDir` = the
+ * node's Multus cache dir: libcni writes its delegates' results under
+ * `<cniDir>/results`). The default network's delegate is not run here: only
+ * the NAD's delegate involves milo-ipam.
+ */
+export function multusConf(cniDir: string): Record<string, unknown> {
+  return {
+    cniVersion: "1.0.0",
+    name: MULTUS_NETWORK,
+    type: "multus",
+    kubeconfig: "/etc/cni/net.d/multus.d/multus.kubeconfig",
+    cniDir,
+    capabilities: { portMappings: true },
   };
 }

@@ -36,6 +36,8 @@ export interface NodeInstall {
   nodeConfig: string;
   logFile: string;
   resultsDir: string;
+  /** Every result cache the node config names (`resultsDirs`), when it names a list. */
+  resultsDirs?: string[];
   stateDir: string;
   /** The agent's socket (agent mode). */
   socket?: string;
@@ -52,7 +54,15 @@ export interface NodeInstallOptions {
   miloUrl: string;
   tokenFile: string;
   caFile: string;
+  /** The runtime's result cache (the node config's `resultsDir` when no `resultsDirs` is given). */
   resultsDir: string;
+  /**
+   * Every libcni result cache whose entries name live containers, the
+   * runtime's first (the node config's `resultsDirs`, e.g. the runtime's and
+   * Multus's `<cniDir>/results`); when given, the config names this list
+   * instead of `resultsDir` (it may not set both).
+   */
+  resultsDirs?: string[];
   stateDir: string;
 }
 
@@ -70,7 +80,7 @@ export async function installNode(o: NodeInstallOptions): Promise<NodeInstall> {
     cluster,
     node: o.node,
     log: { file: logFile, level: "info" },
-    resultsDir: o.resultsDir,
+    ...(o.resultsDirs ? { resultsDirs: o.resultsDirs } : { resultsDir: o.resultsDir }),
     stateDir: o.stateDir,
     timeouts: NODE_TIMEOUT_LIMITS,
     gc: { minAgeS: 0 },
@@ -92,6 +102,7 @@ export async function installNode(o: NodeInstallOptions): Promise<NodeInstall> {
     nodeConfig,
     logFile,
     resultsDir: o.resultsDir,
+    resultsDirs: o.resultsDirs,
     stateDir: o.stateDir,
     socket,
     metrics,

@@ -4,14 +4,22 @@
  * the node's namespace with the CNI environment and the network config on
  * stdin, keeps the libcni-like result cache, and execs the installed
  * milo-ipam the way a master delegates to it (CHECK, GC) and the node runs it
- * (`reconcile`).
+ * (`reconcile`). A Multus-attached pod is attached the way Multus runs a
+ * NetworkAttachmentDefinition's delegate: bridge + milo-ipam on `net1`, its
+ * result cached in the node's Multus cache, while the runtime's own cache
+ * holds only Multus's entry (`multus-cni-network-<containerID>-eth0`).
  */
 import type { ReconcileReport } from "../../lib/reconcile.ts";
-import type { ResultCache, ValidAttachment } from "./cache.ts";
+import type { AttachmentRef, ResultCache, ValidAttachment } from "./cache.ts";
 import {
   bridgeConf,
   type CniResult,
+  MULTUS_IFNAME,
+  MULTUS_NETWORK,
+  multusConf,
+  multusDelegateConf,
   NET_BRIDGE,
+  NET_MULTUS,
   NET_PTP6,
   type NetConf,
   ptp6Conf,
@@ -33,6 +41,8 @@ export interface Pod {
   containerId: string;
   network: string;
   ifname: string;
+  /** Attached through Multus (a NetworkAttachmentDefinition's delegate on `net1`). */
+  multus?: boolean;
   /** The result of the successful ADD (as cached). */
   result?: CniResult;
   /** Addresses from the result, CIDR form. */
@@ -97,17 +107,32 @@ export class Runtime {
   readonly live = new Map<string, Pod>();
   readonly #topo: Topology;
   readonly #cache: ResultCache;
+  /** Multus's caches (its `cniDir` per node; the delegates' results under `results/`). */
+  readonly #multus?: ResultCache;
   readonly #installs: Record<NodeName, NodeInstall>;
   #podSeq = 0;
 
-  constructor(topo: Topology, cache: ResultCache, installs: Record<NodeName, NodeInstall>) {
+  constructor(
+    topo: Topology,
+    cache: ResultCache,
+    installs: Record<NodeName, NodeInstall>,
+    multus?: ResultCache,
+  ) {
     this.#topo = topo;
     this.#cache = cache;
     this.#installs = installs;
+    this.#multus = multus;
   }
 
-  /** A new pod (namespace created) on `node`. */
-  async newPod(node: NodeName, o: { network?: string; name?: string } = {}): Promise<Pod> {
+  /**
+   * A new pod (namespace created) on `node`; `multus`: attached through Multus
+   * on `net1` (network {@link NET_MULTUS}).
+   */
+  async newPod(
+    node: NodeName,
+    o: { network?: string; name?: string; multus?: boolean } = {},
+  ): Promise<Pod> {
+    if (o.multus && !this.#multus) throw new Error("this world has no Multus layout");
     const seq = ++this.#podSeq;
     const pod: Pod = {
       name: o.name ?? `web-${seq}`,
@@ -116,8 +141,9 @@ export class Runtime {
       node,
       netns: this.#topo.podNs(seq),
       containerId: `ctr${seq}x${crypto.randomUUID().replaceAll("-", "").slice(0, 12)}`,
-      network: o.network ?? NET_BRIDGE,
-      ifname: "eth0",
+      network: o.network ?? (o.multus ? NET_MULTUS : NET_BRIDGE),
+      ifname: o.multus ? MULTUS_IFNAME : "eth0",
+      ...(o.multus ? { multus: true } : {}),
     };
     await addNetns(pod.netns);
     return pod;
@@ -128,17 +154,36 @@ export class Runtime {
     return bridgeConf(cluster, this.timeouts, ipamExtra);
   }
 
-  /** The network config a runtime would pipe for this pod. */
+  /** The network config a runtime (or, for a Multus pod, Multus) would pipe for this pod. */
   confOf(pod: Pod): NetConf {
+    if (pod.multus) return multusDelegateConf(clusterOf(pod.node), this.timeouts);
     return pod.network === NET_PTP6
       ? ptp6Conf(this.timeouts)
       : this.bridgeConf(clusterOf(pod.node));
   }
 
-  /** The config with `prevResult` from the result cache, as libcni injects it. */
+  /** The cache that holds the pod's milo-ipam attachment: the runtime's, or Multus's. */
+  cacheOf(pod: Pod): ResultCache {
+    return pod.multus ? this.#multus! : this.#cache;
+  }
+
+  /** Multus's entry of a Multus pod in the runtime's cache: Multus is attached on eth0. */
+  multusRef(pod: Pod): AttachmentRef {
+    return {
+      node: pod.node,
+      network: MULTUS_NETWORK,
+      containerId: pod.containerId,
+      ifname: "eth0",
+    };
+  }
+
+  /**
+   * The config with `prevResult` from the cache of the plugin's result, as
+   * libcni injects it (for a Multus pod: Multus's libcni, from its cache).
+   */
   async #withPrev(pod: Pod, conf: NetConf): Promise<NetConf> {
     const out = { ...conf };
-    const cached = await this.#cache.read(pod);
+    const cached = await this.cacheOf(pod).read(pod);
     if (cached?.result) out.prevResult = cached.result;
     return out;
   }
@@ -167,14 +212,48 @@ export class Runtime {
       const result = (isRecord(call.json) ? call.json : {}) as CniResult;
       pod.result = result;
       pod.addresses = (result.ips ?? []).map((i) => i.address);
-      await this.#cache.write(pod, { conf, netns: env.CNI_NETNS, cniArgs: env.CNI_ARGS, result });
+      const cached = { conf, netns: env.CNI_NETNS, cniArgs: env.CNI_ARGS, result };
+      await this.cacheOf(pod).write(pod, cached);
+      if (pod.multus) await this.#multusAdded(pod, cached);
       this.live.set(this.#key(pod), pod);
     }
     if (verb === "DEL" && call.ok) {
-      await this.#cache.remove(pod);
+      await this.cacheOf(pod).remove(pod);
+      if (pod.multus) await this.#multusDeleted(pod);
       this.live.delete(this.#key(pod));
     }
     return call;
+  }
+
+  /**
+   * Multus's side of a successful ADD, after its libcni cached the delegate's
+   * result in `<cniDir>/results/`: its scratch file of the delegates
+   * (`<cniDir>/<containerID>`), then the runtime caches what Multus returned
+   * (the default network's result) as `multus-cni-network-<containerID>-eth0`.
+   */
+  async #multusAdded(
+    pod: Pod,
+    o: { conf: NetConf; netns: string; cniArgs: string },
+  ): Promise<void> {
+    const multus = this.#multus!;
+    const cniDir = multus.base(pod.node);
+    await Deno.writeTextFile(`${cniDir}/${pod.containerId}`, JSON.stringify([o.conf]));
+    await this.#cache.write(this.multusRef(pod), {
+      conf: multusConf(cniDir),
+      netns: o.netns,
+      cniArgs: o.cniArgs,
+      result: multusResult(o.netns, this.#podSeqOf(pod)),
+    });
+  }
+
+  /** Multus's side of a successful DEL: libcni dropped the delegate's entry; Multus's goes too. */
+  async #multusDeleted(pod: Pod): Promise<void> {
+    await Deno.remove(`${this.#multus!.base(pod.node)}/${pod.containerId}`).catch(() => {});
+    await this.#cache.remove(this.multusRef(pod));
+  }
+
+  #podSeqOf(pod: Pod): number {
+    return Number(/p(\d+)$/.exec(pod.netns)?.[1] ?? 0);
   }
 
   #key(pod: Pod): string {
@@ -186,14 +265,16 @@ export class Runtime {
    * result cache entry is gone (a "DEL that never came").
    */
   async forgetPod(pod: Pod): Promise<void> {
-    await this.#cache.remove(pod);
+    await this.cacheOf(pod).remove(pod);
+    if (pod.multus) await this.#multusDeleted(pod);
     this.live.delete(this.#key(pod));
     await delNetns(pod.netns);
   }
 
   /**
    * The IPAM delegate's CHECK exactly as the master execs it: milo-ipam from
-   * CNI_PATH with the master's env and stdin (network config plus prevResult).
+   * CNI_PATH with the master's env and stdin (network config plus prevResult;
+   * a Multus pod's from Multus's cache, its ifname `net1`).
    */
   async ipamCheck(pod: Pod): Promise<CniCall> {
     const conf = await this.#withPrev(pod, this.confOf(pod));
@@ -254,4 +335,22 @@ export class Runtime {
       : undefined;
     return { code: r.code, report, stdout: r.stdout, stderr: r.stderr };
   }
+}
+
+/**
+ * What Multus returns to the runtime for a pod: the cluster default network's
+ * result on eth0 (that network's delegate is not run here, so its address,
+ * from 10.88.0.0/16, exists in no namespace; milo-ipam never sees it).
+ */
+function multusResult(netns: string, seq: number): CniResult {
+  return {
+    cniVersion: "1.0.0",
+    interfaces: [{ name: "eth0", sandbox: netns }],
+    ips: [{
+      address: `10.88.${Math.floor(seq / 250) % 250}.${(seq % 250) + 2}/16`,
+      gateway: "10.88.0.1",
+      interface: 0,
+    }],
+    dns: {},
+  };
 }

@@ -3,8 +3,9 @@
  * ({@link Topology}), milo-dev and its admin client ({@link MiloAdmin}),
  * milo-ipam installed per node ({@link installNode}) with, in agent mode, a
  * `milo-ipam agent` per node ({@link NodeAgent}), the runtime emulator
- * ({@link Runtime}) with its result cache ({@link ResultCache}), and the
- * ledger. Always call {@link World.teardown} in a finally block.
+ * ({@link Runtime}) with its result cache ({@link ResultCache}) and, with
+ * `multus`, each node's Multus cache, and the ledger. Always call
+ * {@link World.teardown} in a finally block.
  */
 import { E2E_SEED } from "../seeds.ts";
 import { makeTestCA } from "../testca.ts";
@@ -15,6 +16,16 @@ import { NodeAgent } from "./node_agent.ts";
 import { installNode, type Mode, type NodeInstall } from "./nodes.ts";
 import { Runtime } from "./runtime.ts";
 import { MILO_ADDR, NODE_NAMES, type NodeName, Topology } from "./topology.ts";
+
+/** How a world is built beyond its mode. */
+export interface WorldOptions {
+  /**
+   * Give every node a Multus cache dir (`<tmp>/multus/<node>`, its results in
+   * `results/`) and a node config naming both result caches in `resultsDirs`
+   * (the runtime's and Multus's); without it the node config names `resultsDir`.
+   */
+  multus?: boolean;
+}
 
 /** The whole e2e topology in one mode. */
 export class World {
@@ -28,8 +39,10 @@ export class World {
   caFile = "";
   /** milo-dev and its admin client. */
   milo!: MiloAdmin;
-  /** The nodes' result caches. */
+  /** The nodes' result caches (the runtime's own). */
   cache!: ResultCache;
+  /** The nodes' Multus caches (`multus` worlds): where its delegates' results are. */
+  multus?: ResultCache;
   /** The runtime emulator. */
   rt!: Runtime;
   /** milo-ipam on each node. */
@@ -37,8 +50,11 @@ export class World {
   /** The agent of each node (agent mode). */
   readonly agents: Partial<Record<NodeName, NodeAgent>> = {};
 
-  constructor(mode: Mode = "direct") {
+  readonly #opts: WorldOptions;
+
+  constructor(mode: Mode = "direct", opts: WorldOptions = {}) {
     this.mode = mode;
+    this.#opts = opts;
   }
 
   /** Builds namespaces, certificates, milo-dev, the plugin installs and (agent mode) the agents. */
@@ -46,6 +62,10 @@ export class World {
     this.dir = await Deno.makeTempDir({ prefix: `milo-ipam-e2e-${this.mode}-` });
     this.cache = new ResultCache(`${this.dir}/cni-results`);
     await this.cache.setup();
+    if (this.#opts.multus) {
+      this.multus = new ResultCache(`${this.dir}/multus`, "results");
+      await this.multus.setup();
+    }
     await Deno.mkdir(`${this.dir}/state`, { recursive: true });
     this.tokenFile = `${this.dir}/token`;
     await Deno.writeTextFile(this.tokenFile, TOKEN + "\n");
@@ -65,10 +85,11 @@ export class World {
         tokenFile: this.tokenFile,
         caFile: this.caFile,
         resultsDir: this.cache.dir(node),
+        resultsDirs: this.multus ? [this.cache.dir(node), this.multus.dir(node)] : undefined,
         stateDir: `${this.dir}/state/${node}`,
       });
     }
-    this.rt = new Runtime(this.net, this.cache, this.installs);
+    this.rt = new Runtime(this.net, this.cache, this.installs, this.multus);
     if (this.mode === "agent") {
       for (const node of NODE_NAMES) {
         const agent = new NodeAgent(this.installs[node], this.net.nodeNs(node));
@@ -85,9 +106,18 @@ export class World {
     return a;
   }
 
-  /** Milo's claims against the live attachments: the three numbers that must be 0. */
+  /**
+   * Milo's claims against the live attachments: the three numbers that must be
+   * 0. The attachments are where the plugin's results are: the runtime's cache
+   * and, for Multus-attached pods, Multus's (the runtime holds only Multus's
+   * own entry for them).
+   */
   async ledger(): Promise<Ledger> {
-    return computeLedger(await this.milo.claims(), await this.cache.liveAttachments());
+    const live = [
+      ...await this.cache.liveAttachments(),
+      ...(this.multus ? await this.multus.liveAttachments() : []),
+    ];
+    return computeLedger(await this.milo.claims(), live);
   }
 
   /** Tears everything down: agents, milo-dev, the relay, every namespace of this run, the temp dir. */

@@ -9,7 +9,8 @@ import { pool, sleep } from "../pool.ts";
 import { NODE_NAMES } from "../topology.ts";
 import { assertLedger, INFLIGHT, type Run, timed } from "./run.ts";
 
-const CHURN_FAULTS = {
+/** milo-dev's faults while a churn runs (scenario 7's churn injects the same). */
+export const CHURN_FAULTS = {
   errorRate: 0.2,
   errorStatuses: [503, 429],
   retryAfterSeconds: 1,
@@ -20,9 +21,9 @@ const CHURN_FAULTS = {
 
 /**
  * milo-dev's chaos while the churn runs: SIGKILL and restart at 30 % and 65 %
- * of the lifecycles, latency spikes every 8 s. Runs until `finished()`.
+ * of the lifecycles, latency spikes every 8 s. Runs until `progress.finished`.
  */
-async function chaos(
+export async function chaos(
   run: Run,
   churn: number,
   progress: { done: number; finished: boolean },
@@ -55,7 +56,7 @@ async function chaos(
 }
 
 /** Longer than milo-dev holds a request it will still handle (a spike: 700 ms + 700 ms jitter). */
-const HELD_MS = 3_000;
+export const HELD_MS = 3_000;
 
 /**
  * Creates that landed after their DEL: an ADD's plugin killed while milo-dev
