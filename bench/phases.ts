@@ -97,7 +97,7 @@ async function load(bundle: string, cpu: Cpu) {
           import("../lib/add.ts"),
           import("../lib/claims.ts"),
           import("../lib/cni.ts"),
-          import("../lib/config.ts"),
+          import("../lib/config_file.ts"),
           import("../lib/netconf.ts"),
           import("../lib/log.ts"),
           import("../lib/milo.ts"),

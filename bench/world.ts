@@ -5,7 +5,7 @@
  * TLS client in the launcher's exact shape, and Debian's host-local.
  */
 import { dirname, join } from "node:path";
-import { launcherScript } from "../scripts/install.ts";
+import { launcherScript } from "../scripts/build.ts";
 import { miloApi, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { BENCH_CLASSES, BENCH_SEED, BENCH_TOKEN } from "../testing/seeds.ts";

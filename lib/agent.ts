@@ -6,7 +6,8 @@
  * Prometheus metrics on a loopback port.
  */
 import { parseArgs } from "node:util";
-import { type NodeConfig, readNodeConfig } from "./config.ts";
+import type { NodeConfig } from "./config.ts";
+import { readNodeConfig } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
 import { invoke, type Reply } from "./invoke.ts";

@@ -6,18 +6,12 @@
  * timeouts every network is held to. The **network config** (the master's
  * `ipam` block, written by namespace users through a NetworkAttachmentDefinition)
  * may choose only per-network things; the node config may give their defaults.
+ * Reading the node config file is lib/config_file.ts.
  */
 import * as z from "zod/mini";
 import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { CniError } from "./errors.ts";
-import {
-  DEFAULT_AGENT_SOCKET,
-  DEFAULT_NODE_CONFIG,
-  dirOf,
-  LEGACY_NODE_CONFIG,
-  nodeConfigPath,
-  type NodeConfigSource,
-} from "./paths.ts";
+import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
 
 /** Default log file. */
@@ -208,7 +202,7 @@ function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
 }
 
 /** A node config as validated, before the node name falls back to the environment. */
-type Validated = Omit<NodeConfig, "node" | "warning"> & { node?: string };
+export type ValidatedNodeConfig = Omit<NodeConfig, "node" | "warning"> & { node?: string };
 
 /** Validates the node config file's values; `env` resolves the node name fallback. */
 export function parseNodeConfig(
@@ -216,14 +210,19 @@ export function parseNodeConfig(
   path: string,
   env: (name: string) => string | undefined = () => undefined,
 ): NodeConfig {
-  return withNodeName(validate(values, path), env);
+  return withNodeName(validateNodeConfig(values, path), env);
 }
 
-function withNodeName(v: Validated, env: (name: string) => string | undefined): NodeConfig {
+/** The validated node config with its node name: the file's, else `NODE_NAME`, else the host's. */
+export function withNodeName(
+  v: ValidatedNodeConfig,
+  env: (name: string) => string | undefined,
+): NodeConfig {
   return { ...v, node: v.node || env("NODE_NAME") || Deno.hostname() };
 }
 
-function validate(values: unknown, path: string): Validated {
+/** Validates the node config file's values, the node name left unresolved. */
+export function validateNodeConfig(values: unknown, path: string): ValidatedNodeConfig {
   if (!isPlainObject(values)) {
     throw new CniError("config", `node config ${path} must be a JSON object`);
   }
@@ -251,94 +250,6 @@ function validate(values: unknown, path: string): Validated {
     path,
     defaults,
   };
-}
-
-/**
- * The last node config file validated, by path and text: the agent reads the
- * file on every call (a change applies to the next one) and validates only
- * what changed.
- */
-let lastRead: { at: string; text: string; v: Validated } | undefined;
-
-/**
- * Reads the node config: `MILO_IPAM_CONFIG`, else the installed path, else
- * the default. When no path was chosen (no install choice, or none
- * installed), the legacy path is read when the default is absent, with a
- * warning; a chosen path inside the runtimes' network directory warns too. A
- * file that `MILO_IPAM_CONFIG` names and that cannot be read is an
- * environment error. `fallback` replaces the default and legacy paths of an
- * uninstalled run (tests).
- */
-export async function readNodeConfig(
-  env: (name: string) => string | undefined,
-  fallback = { path: DEFAULT_NODE_CONFIG, legacy: LEGACY_NODE_CONFIG },
-): Promise<NodeConfig> {
-  const found = nodeConfigPath(env);
-  const { source } = found;
-  const path = source === "default" ? fallback.path : found.path;
-  const legacy = source === "default" ? fallback.legacy : found.legacy;
-  let at = path;
-  let text = await readText(path, source);
-  let warning = found.netDir
-    ? `node config ${path} lies in ${found.netDir}, the directory runtimes scan for networks; ` +
-      `move it to ${DEFAULT_NODE_CONFIG} and reinstall`
-    : undefined;
-  if (text === undefined && legacy) {
-    text = await readText(legacy, source);
-    at = legacy;
-    warning = `node config read from ${legacy}, in ${dirOf(legacy)}, the directory runtimes ` +
-      `scan for networks; move it to ${path}`;
-  }
-  if (text === undefined) {
-    throw new CniError(
-      "config",
-      `no node config: ${path} does not exist${legacy ? ` (nor ${legacy})` : ""}`,
-      "the node config holds milo.url, milo.tokenFile and cluster; see the README",
-    );
-  }
-  if (lastRead?.at !== at || lastRead.text !== text) {
-    let values: unknown;
-    try {
-      values = JSON.parse(text);
-    } catch (err) {
-      throw new CniError(
-        "config",
-        `node config ${at} is not valid JSON`,
-        err instanceof Error ? err.message : "",
-      );
-    }
-    lastRead = { at, text, v: validate(values, at) };
-  }
-  const cfg = withNodeName(lastRead.v, env);
-  return warning ? { ...cfg, warning } : cfg;
-}
-
-/** The file's text, or undefined when a file not named by the environment is absent. */
-async function readText(path: string, source: NodeConfigSource): Promise<string | undefined> {
-  try {
-    return await Deno.readTextFile(path);
-  } catch (err) {
-    if (source === "env") {
-      throw new CniError(
-        "env",
-        `cannot read MILO_IPAM_CONFIG=${path}`,
-        err instanceof Error ? err.message : String(err),
-      );
-    }
-    if (err instanceof Deno.errors.NotFound) return undefined;
-    if (err instanceof Deno.errors.NotCapable) {
-      throw new CniError(
-        "sandbox",
-        `the permission sandbox refused reading node config ${path}`,
-        "install milo-ipam with --config naming this file",
-      );
-    }
-    throw new CniError(
-      "config",
-      `cannot read node config ${path}`,
-      err instanceof Error ? err.message : String(err),
-    );
-  }
 }
 
 /** True when every leaf of `given` equals the same leaf of `have`. */

@@ -333,7 +333,7 @@ export function exitOf(r: ReconcileReport): number {
 /** CLI entry: `milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]`. */
 export async function reconcileCli(args: string[]): Promise<number> {
   const { parseArgs } = await import("node:util");
-  const { readNodeConfig } = await import("./config.ts");
+  const { readNodeConfig } = await import("./config_file.ts");
   const { MiloClient } = await import("./milo.ts");
   const usage =
     "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]";

@@ -3,7 +3,7 @@
  * print exactly one JSON document, append the log line, answer the exit code.
  */
 import { encodeError, LATEST_VERSION } from "./cni.ts";
-import { readNodeConfig } from "./config.ts";
+import { readNodeConfig } from "./config_file.ts";
 import { CniError } from "./errors.ts";
 import { invoke, type Reply } from "./invoke.ts";
 import { append, Logger } from "./log.ts";

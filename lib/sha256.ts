@@ -4,6 +4,15 @@
  * `crypto.subtle.digest` answers them through the runtime's thread pool (a
  * hand-off of about 70 µs each, more when the pool is idle), this in a few
  * microseconds on the calling thread.
+ *
+ * Not `node:crypto`'s `createHash`, synchronous too: importing it costs every
+ * exec'd plugin that does the work itself. Paired whole-process runs on
+ * 2026-12-04 (1-minute load 0.4–1.0, 2 cores; bench/results/2026-12-04-sha256.md):
+ * an ADD and its DEL through the install without an agent took 0.82–0.84× the
+ * wall time (0.83× the CPU) with this file as with `createHash`, 11–12 ms a
+ * process; a process hashing one attachment key 0.50×. Through the agent the
+ * two are even (0.98–1.02×, the agent's CPU per call the same): `createHash` is
+ * a few µs faster per hash once warm, and a call hashes its attachment once.
  */
 
 const K = new Uint32Array([

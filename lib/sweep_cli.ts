@@ -4,7 +4,8 @@
  * (also for failures).
  */
 import { parseArgs } from "node:util";
-import { type NodeConfig, readNodeConfig } from "./config.ts";
+import type { NodeConfig } from "./config.ts";
+import { readNodeConfig } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";

@@ -1,16 +1,10 @@
 /**
  * A scriptable stand-in for Milo on 127.0.0.1, for process tests of answers
  * milo-dev never gives (bad leases, redirects, huge bodies, hangs). Each test
- * passes the handler; bodies come from the shared fixtures.
+ * passes the handler; bodies come from the shared fixtures
+ * (testing/milo_fixtures.ts).
  */
-
-const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
-
-/** A fixture body (a fresh copy). */
-// deno-lint-ignore no-explicit-any
-export function fixture(name: string): any {
-  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
-}
+import { fixture } from "./milo_fixtures.ts";
 
 /** One request the fake saw. */
 export interface Seen {
@@ -26,21 +20,13 @@ export interface FakeMilo {
   close(): Promise<void>;
 }
 
-/** JSON response helper. */
-export function json(status: number, body: unknown, headers: Record<string, string> = {}) {
-  return new Response(JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json", ...headers },
-  });
-}
-
 /** The bound claim Milo would answer for a create body, with the given status overrides. */
 export function boundFor(
   create: Record<string, unknown>,
   status: Record<string, unknown>,
   uid = crypto.randomUUID(),
 ): Record<string, unknown> {
-  const base = fixture("ipclaim-bound-ipv4.json");
+  const base = fixture<{ metadata: object; spec: object }>("ipclaim-bound-ipv4.json");
   const meta = create.metadata as Record<string, unknown>;
   return {
     ...base,

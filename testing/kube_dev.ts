@@ -2,8 +2,9 @@
  * A small Kubernetes API stand-in for the sweep's tests, the bench and the
  * e2e: the three read-only `v1` calls the sweep makes, in the API server's
  * shapes, with bearer-token auth, `limit`/`continue` pagination, a request
- * log, fault switches and a store the caller changes at will. Never a real
- * API server: no watch, no writes over HTTP, no consistent list snapshots.
+ * log, fault switches and a store the caller changes at will
+ * (testing/kube_store.ts). Never a real API server: no watch, no writes over
+ * HTTP, no consistent list snapshots.
  *
  * `KubeDevApi.handle` answers a `Request` in-process (a `fetch` stub for unit
  * tests); `startKubeDev` serves it on 127.0.0.1, optionally over TLS. Run as
@@ -15,36 +16,8 @@
  *       [--cert FILE --key FILE] [--token TOKEN]
  */
 import { parseArgs } from "node:util";
+import { type KubeObject, KubeStore, type PodInput } from "./kube_store.ts";
 import { makeTestCA } from "./testca.ts";
-
-const FIXTURES = new URL("../tests/fixtures/kube/", import.meta.url);
-
-/** A Kubernetes fixture body (a fresh copy): real `v1` objects as an API server answers them. */
-export function kubeFixture(name: string): KubeObject {
-  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
-}
-
-/** The pod and node every stored object is cut from (list items: no kind, no apiVersion). */
-const TEMPLATES = (() => {
-  const { kind: _k, apiVersion: _a, ...pod } = kubeFixture("pod.json");
-  const node = (kubeFixture("nodelist.json").items as KubeObject[])[0];
-  return JSON.stringify({ pod, node });
-})();
-
-/** What a test says about a pod; the rest is filled in. */
-export interface PodInput {
-  namespace: string;
-  name: string;
-  /** Default: a fresh random UID. */
-  uid?: string;
-  nodeName?: string;
-  /** Default `Running`. */
-  phase?: string;
-  annotations?: Record<string, string>;
-}
-
-/** A stored object, in the API's JSON shape. */
-export type KubeObject = { metadata: Record<string, unknown> } & Record<string, unknown>;
 
 /** Fault switches, changed at run time. */
 export interface KubeDevFaults {
@@ -62,98 +35,6 @@ export interface KubeDevRequest {
   path: string;
   search: string;
   status: number;
-}
-
-/** The pods and nodes the stand-in serves; every change bumps the resourceVersion. */
-export class KubeStore {
-  readonly #pods = new Map<string, KubeObject>();
-  readonly #nodes = new Map<string, KubeObject>();
-  #rv = 1000;
-
-  /** The current resourceVersion. */
-  get resourceVersion(): string {
-    return String(this.#rv);
-  }
-
-  #meta(extra: Record<string, unknown>): Record<string, unknown> {
-    return {
-      uid: crypto.randomUUID(),
-      resourceVersion: String(++this.#rv),
-      creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
-      ...extra,
-    };
-  }
-
-  /** Adds (or replaces, by namespace/name) a pod; answers the stored object. */
-  addPod(p: PodInput): KubeObject {
-    const { pod } = JSON.parse(TEMPLATES) as { pod: KubeObject };
-    pod.metadata = this.#meta({
-      name: p.name,
-      namespace: p.namespace,
-      ...(p.uid ? { uid: p.uid } : {}),
-      ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
-    });
-    const spec = pod.spec as Record<string, unknown>;
-    if (p.nodeName) spec.nodeName = p.nodeName;
-    else delete spec.nodeName;
-    const { podIP: _p, podIPs: _ps, hostIP: _h, hostIPs: _hs, ...status } = pod.status as Record<
-      string,
-      unknown
-    >;
-    pod.status = { ...status, phase: p.phase ?? "Running" };
-    this.#pods.set(`${p.namespace}/${p.name}`, pod);
-    return pod;
-  }
-
-  /** Removes a pod; true when it existed. */
-  removePod(namespace: string, name: string): boolean {
-    this.#rv++;
-    return this.#pods.delete(`${namespace}/${name}`);
-  }
-
-  /** The pod `namespace/name`, if stored. */
-  pod(namespace: string, name: string): KubeObject | undefined {
-    return this.#pods.get(`${namespace}/${name}`);
-  }
-
-  /** Adds a node (a Ready one). */
-  addNode(name: string): KubeObject {
-    const { node } = JSON.parse(TEMPLATES) as { node: KubeObject };
-    const labels = node.metadata.labels as Record<string, string>;
-    node.metadata = this.#meta({
-      name,
-      labels: { ...labels, "kubernetes.io/hostname": name },
-      annotations: node.metadata.annotations,
-    });
-    const status = node.status as { addresses: { type: string; address: string }[] };
-    status.addresses = status.addresses.filter((a) => a.type !== "Hostname");
-    status.addresses.push({ type: "Hostname", address: name });
-    this.#nodes.set(name, node);
-    return node;
-  }
-
-  /** Removes a node; true when it existed. */
-  removeNode(name: string): boolean {
-    this.#rv++;
-    return this.#nodes.delete(name);
-  }
-
-  /** Removes every pod and node. */
-  clear(): void {
-    this.#rv++;
-    this.#pods.clear();
-    this.#nodes.clear();
-  }
-
-  /** Every pod, sorted by namespace/name (the list order). */
-  pods(): KubeObject[] {
-    return [...this.#pods.keys()].sort().map((k) => this.#pods.get(k)!);
-  }
-
-  /** Every node, sorted by name. */
-  nodes(): KubeObject[] {
-    return [...this.#nodes.keys()].sort().map((k) => this.#nodes.get(k)!);
-  }
 }
 
 function status(code: number, reason: string, message: string, details?: object): Response {

@@ -8,13 +8,10 @@ import { isIP } from "node:net";
 import type { Stats } from "../milo-dev/stats.ts";
 import { loadSeedFile } from "../milo-dev/seed.ts";
 import { parseHostPort } from "../milo-dev/server.ts";
+import type { IPClaim } from "../lib/milo_objects.ts";
 import { Child, type Ready } from "./child.ts";
 import { DEV_SEED } from "./seeds.ts";
 import { makeTestCA } from "./testca.ts";
-
-/** A decoded JSON answer; tests assert on its shape, so it stays untyped. */
-// deno-lint-ignore no-explicit-any
-export type Json = any;
 
 /** Options of {@link startMiloDev}; everything has a default. */
 export interface MiloDevOptions {
@@ -60,7 +57,7 @@ export interface MiloDev {
   /** fetch() that trusts {@link caFile}. */
   fetch(input: string, init?: RequestInit): Promise<Response>;
   /** Lists IPClaims of all namespaces with the seed token of `project` (default: {@link token}). */
-  listClaims(project?: string, labelSelector?: string): Promise<Json[]>;
+  listClaims(project?: string, labelSelector?: string): Promise<IPClaim[]>;
   /** The last lines the child wrote to stderr. */
   stderrTail(): string;
 }
@@ -160,7 +157,7 @@ class Launched implements MiloDev {
     this.#client = o.client;
   }
 
-  async #admin(method: string, path: string, body?: unknown): Promise<Json> {
+  async #admin(method: string, path: string, body?: unknown): Promise<unknown> {
     const res = await fetch(`${this.adminUrl}${path}`, {
       method,
       headers: body === undefined ? {} : { "content-type": "application/json" },
@@ -180,7 +177,7 @@ class Launched implements MiloDev {
   }
 
   stats(): Promise<Stats> {
-    return this.#admin("GET", "/stats");
+    return this.#admin("GET", "/stats") as Promise<Stats>;
   }
 
   async resetStats(): Promise<void> {
@@ -209,10 +206,10 @@ class Launched implements MiloDev {
     return fetch(input, { ...init, client: this.#client });
   }
 
-  async listClaims(project?: string, labelSelector?: string): Promise<Json[]> {
+  async listClaims(project?: string, labelSelector?: string): Promise<IPClaim[]> {
     const token = project === undefined ? this.token : tokenFor(this.#seed, project);
     const q = labelSelector ? `?labelSelector=${encodeURIComponent(labelSelector)}` : "";
-    const r = await miloApi(this, "GET", `/ipclaims${q}`, { token, project });
+    const r = await miloApi<{ items: IPClaim[] }>(this, "GET", `/ipclaims${q}`, { token, project });
     if (r.status !== 200) throw new Error(`listClaims: ${r.status} ${JSON.stringify(r.body)}`);
     return r.body.items;
   }
@@ -228,11 +225,12 @@ function tokenFor(seed: SeedTokens, project: string): string {
   return p.tokens[0];
 }
 
-/** The answer of {@link miloApi}. */
-export interface ApiResult {
+/** The answer of {@link miloApi}: `T` is what the caller expects the JSON body to be. */
+export interface ApiResult<T = unknown> {
   status: number;
   headers: Headers;
-  body: Json;
+  /** The decoded JSON body (undefined when there was none): an object, a list or a Status. */
+  body: T;
 }
 
 /**
@@ -240,12 +238,12 @@ export interface ApiResult {
  * (e.g. `/namespaces/default/ipclaims`); `project` selects the project path
  * form; `token: null` sends no Authorization header.
  */
-export async function miloApi(
+export async function miloApi<T = unknown>(
   dev: Pick<MiloDev, "url" | "token" | "fetch">,
   method: string,
   path: string,
   opts: { body?: unknown; token?: string | null; project?: string } = {},
-): Promise<ApiResult> {
+): Promise<ApiResult<T>> {
   const prefix = opts.project === undefined
     ? ""
     : `/apis/resourcemanager.miloapis.com/v1alpha1/projects/${opts.project}/control-plane`;

@@ -221,9 +221,13 @@ export class Podman {
 
   /**
    * Builds a rootfs of `busybox` and its applet symlinks, and `podman import`s
-   * it as `tag` (no registry is ever contacted).
+   * it as `tag` with the image config `changes` (no registry is ever contacted).
    */
-  async importBusybox(tag: string, applets = ["sh", "sleep", "ip", "cat", "ls"]): Promise<void> {
+  async importBusybox(
+    tag: string,
+    applets = ["sh", "sleep", "ip", "cat", "ls"],
+    changes = ['CMD ["/bin/sh"]'],
+  ): Promise<void> {
     const rootfs = `${this.dir}/rootfs`;
     await Deno.mkdir(`${rootfs}/bin`, { recursive: true });
     await Deno.copyFile(BUSYBOX, `${rootfs}/bin/busybox`);
@@ -237,8 +241,7 @@ export class Podman {
       "import",
       "--signature-policy",
       `${this.dir}/policy.json`,
-      "--change",
-      'CMD ["/bin/sh"]',
+      ...changes.flatMap((c) => ["--change", c]),
       tar,
       tag,
     ]);

@@ -1,21 +1,16 @@
 /**
  * An in-memory Milo for in-process handler tests: a stubbed `fetch` that
  * answers POST/GET/DELETE/LIST of IPClaims and LIST of IPClasses in the wire
- * shapes of Milo's API (bodies built from the shared fixtures), records every
- * request, and lets a test replace or observe any single request
- * (testing/stub_invocation.ts builds a handler's Invocation over it).
+ * shapes of Milo's API (bodies built from the shared fixtures,
+ * testing/milo_fixtures.ts), records every request, and lets a test replace
+ * or observe any single request (testing/stub_invocation.ts builds a
+ * handler's Invocation over it).
  */
 import { API_PATH, MiloClient } from "../lib/milo.ts";
-
-const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
+import { fixture, reply, statusReply } from "./milo_fixtures.ts";
 
 /** A JSON object. */
 export type Json = Record<string, unknown>;
-
-/** A fixture body from `tests/fixtures/milo/` (a fresh copy each call). */
-export function fixture<T = Json>(name: string): T {
-  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
-}
 
 /** An IPClaim as the stub stores and answers it. */
 export interface WireClaim {
@@ -85,67 +80,6 @@ export const STUB_BASE =
   "https://milo.test/apis/resourcemanager.miloapis.com/v1alpha1/projects/tenant-a/control-plane";
 /** The bearer token the stub accepts. */
 export const STUB_TOKEN = "stub-token-8c1d2e";
-
-/** A JSON response. */
-export function reply(status: number, body: unknown, headers: Record<string, string> = {}) {
-  return new Response(body === undefined ? null : JSON.stringify(body), {
-    status,
-    headers: { "content-type": "application/json", ...headers },
-  });
-}
-
-const STATUS_FIXTURES: Record<number, string> = {
-  400: "status-400-bad-request.json",
-  401: "status-401-unauthorized.json",
-  403: "status-403-forbidden.json",
-  404: "status-404-not-found.json",
-  409: "status-409-already-exists.json",
-  422: "status-422-invalid.json",
-  503: "status-503-unavailable.json",
-  507: "status-507-exhausted.json",
-};
-
-/**
- * A Status object from the fixture of `code` (a bare one for codes without a
- * fixture); `name` replaces the object named in message and details.
- */
-export function statusBody(
-  code: number,
-  o: { name?: string; reason?: string; message?: string } = {},
-): Json {
-  const file = STATUS_FIXTURES[code];
-  const base: Json = file ? fixture(file) : {
-    kind: "Status",
-    apiVersion: "v1",
-    metadata: {},
-    status: "Failure",
-    message: `HTTP ${code}`,
-    reason: "InternalError",
-    details: {},
-    code,
-  };
-  const details = { ...(base.details as Json) };
-  let message = base.message as string;
-  if (o.name !== undefined) {
-    const was = details.name as string | undefined;
-    if (was) message = message.replaceAll(was, o.name);
-    details.name = o.name;
-  }
-  return {
-    ...base,
-    message: o.message ?? message,
-    ...(o.reason ? { reason: o.reason } : {}),
-    details,
-  };
-}
-
-/** A Status answer of `code` (see {@link statusBody}). */
-export function statusReply(
-  code: number,
-  o: { name?: string; reason?: string; message?: string; headers?: Record<string, string> } = {},
-): Response {
-  return reply(code, statusBody(code, o), o.headers);
-}
 
 /** A fetch failure as Deno reports a refused connection. */
 export function refused(): never {

@@ -12,15 +12,8 @@ import {
   rejectsWith,
   withVerb,
 } from "../testing/stub_invocation.ts";
-import {
-  fixture,
-  type Json,
-  refused,
-  reply,
-  statusReply,
-  STUB_TOKEN,
-  StubMilo,
-} from "../testing/stub_milo.ts";
+import { fixture, reply, statusReply } from "../testing/milo_fixtures.ts";
+import { type Json, refused, STUB_TOKEN, StubMilo } from "../testing/stub_milo.ts";
 
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const V6 = { classes: { ipv6: "vpc-pods-ipv6" } };

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { Agent } from "../lib/agent.ts";
 import { KEYS } from "../lib/claims.ts";
-import { readNodeConfig } from "../lib/config.ts";
+import { readNodeConfig } from "../lib/config_file.ts";
 import {
   type AgentFrame,
   FrameReader,

@@ -12,7 +12,8 @@ import {
   rejectsWith,
   withVerb,
 } from "../testing/stub_invocation.ts";
-import { reply, statusReply, StubMilo } from "../testing/stub_milo.ts";
+import { reply, statusReply } from "../testing/milo_fixtures.ts";
+import { StubMilo } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 

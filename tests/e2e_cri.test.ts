@@ -10,6 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
+import type { IPClaim } from "../lib/milo_objects.ts";
 import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
 import { CriError } from "../testing/cri/client.ts";
 import {
@@ -25,7 +26,7 @@ import {
   ledgerLine,
   normCidr,
 } from "../testing/e2e/ledger.ts";
-import { type Json, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
+import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { MODES, waitFor } from "../testing/process.ts";
 import { runCmd } from "../testing/podman.ts";
@@ -207,12 +208,12 @@ for (const mode of RUN_MODES) {
         return { dev, plug, c };
       });
       const { dev, plug, c } = setup;
-      const claims = (): Promise<Json[]> => dev.listClaims(CRI_PROJECT);
+      const claims = (): Promise<IPClaim[]> => dev.listClaims(CRI_PROJECT);
       const pods: Pod[] = Array.from({ length: SANDBOXES }, (_, i) => ({
         name: `web-${mode}-${i}`,
         uid: crypto.randomUUID(),
       }));
-      const claimOf = (all: Json[], id: string) =>
+      const claimOf = (all: IPClaim[], id: string) =>
         all.filter((x) => x.metadata.annotations?.[KEYS.containerId] === id);
       const live = async (): Promise<LedgerAttachment[]> => {
         const items = await c.cri.listPodSandbox({
@@ -268,7 +269,7 @@ for (const mode of RUN_MODES) {
               assert.equal(mine.length, 1, `one claim for sandbox ${id}`);
               const claim = mine[0];
               assert.equal(claim.status.allocatedCIDR, `${p.ip}/32`, "Milo's lease = CRI's IP");
-              const ann = claim.metadata.annotations, lab = claim.metadata.labels;
+              const ann = claim.metadata.annotations ?? {}, lab = claim.metadata.labels ?? {};
               // containerd passes the sandbox id as CNI_CONTAINERID and the pod from its metadata.
               assert.equal(ann[KEYS.containerId], id);
               assert.equal(ann[KEYS.podUid], p.uid);

@@ -160,11 +160,11 @@ Deno.test({
         assert.ok(claim, `a claim for container ${c.Name} (${c.Id})`);
         assert.equal(claim.status.allocatedCIDR, `${net.IPAddress}/32`);
         assert.equal(net.IPPrefixLen, 32);
-        assert.equal(claim.metadata.labels[KEYS.node], NODE);
-        assert.equal(claim.metadata.labels[KEYS.network], NETWORK);
-        assert.equal(claim.metadata.annotations[KEYS.ifname], "eth0");
+        assert.equal(claim.metadata.labels?.[KEYS.node], NODE);
+        assert.equal(claim.metadata.labels?.[KEYS.network], NETWORK);
+        assert.equal(claim.metadata.annotations?.[KEYS.ifname], "eth0");
         // podman passes the container's name as K8S_POD_NAME in CNI_ARGS.
-        assert.equal(claim.metadata.labels[KEYS.podName], c.Name);
+        assert.equal(claim.metadata.labels?.[KEYS.podName], c.Name);
         // The kernel inside the container carries the lease on eth0.
         const addr = await pm.ok(["exec", c.Id, "ip", "-4", "-o", "addr", "show", "dev", "eth0"]);
         assert.match(addr, new RegExp(`inet ${net.IPAddress.replaceAll(".", "\\.")}/32 `));

@@ -13,7 +13,8 @@ import {
   rejectsWith,
   withTempDir,
 } from "../testing/stub_invocation.ts";
-import { type Json, reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
+import { reply, statusReply } from "../testing/milo_fixtures.ts";
+import { type Json, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const T0 = Date.now();
 const MIN_AGE_S = 60;

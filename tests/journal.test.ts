@@ -12,7 +12,8 @@ import {
   rejectsWith,
   withTempDir,
 } from "../testing/stub_invocation.ts";
-import { refused, statusReply, StubMilo } from "../testing/stub_milo.ts";
+import { statusReply } from "../testing/milo_fixtures.ts";
+import { refused, StubMilo } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 const attachment = (containerId: string) => ({

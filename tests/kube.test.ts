@@ -9,7 +9,8 @@ import { KubeClient } from "../lib/kube.ts";
 import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
 import { formatDuration } from "../lib/sweep_report.ts";
 import { parseDuration, parseMaxRelease, parseSweepArgs, sweepCli } from "../lib/sweep_cli.ts";
-import { KubeDevApi, kubeFixture } from "../testing/kube_dev.ts";
+import { KubeDevApi } from "../testing/kube_dev.ts";
+import { kubeFixture } from "../testing/kube_store.ts";
 import { freePort } from "../testing/process.ts";
 import { makeTestCA } from "../testing/testca.ts";
 

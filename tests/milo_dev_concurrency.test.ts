@@ -15,7 +15,7 @@ Deno.test("milo-dev concurrency: 2 x 100 concurrent creates on a /26", async () 
   try {
     const capacity = 64 - 2;
     const create = (cluster: string, i: number) =>
-      miloApi(dev, "POST", `${NS}/ipclaims`, {
+      miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
         body: claimBody(`${cluster}-pod-${i}`, {
           labels: { "milo-ipam.io/cluster": cluster, "milo-ipam.io/node": `node-${i % 4}` },
           annotations: { "milo-ipam.io/pod": `default/${cluster}-pod-${i}` },
@@ -51,19 +51,19 @@ Deno.test("milo-dev concurrency: 2 x 100 concurrent creates on a /26", async () 
     const a = await dev.listClaims("tenant-a", "milo-ipam.io/cluster=cluster-a");
     const b = await dev.listClaims("tenant-a", "milo-ipam.io/cluster=cluster-b");
     assert.equal(a.length + b.length, capacity);
-    const allocs = await miloApi(dev, "GET", `${NS}/ipallocations`);
+    const allocs = await miloApi<Any>(dev, "GET", `${NS}/ipallocations`);
     assert.equal(allocs.body.items.length, capacity);
 
-    let pool = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+    let pool = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
     assert.deepEqual(pool.body.status.capacity, { total: "64", allocated: "64", available: "0" });
     assert.equal(pool.body.status.utilizationPercent, 100);
 
     const victims = ok.slice(0, 10);
     const dels = await Promise.all(
-      victims.map((r) => miloApi(dev, "DELETE", `${NS}/ipclaims/${r.body.metadata.name}`)),
+      victims.map((r) => miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/${r.body.metadata.name}`)),
     );
     assert.deepEqual(dels.map((d) => d.status), Array(10).fill(200));
-    pool = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+    pool = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
     assert.deepEqual(pool.body.status.capacity, { total: "64", allocated: "54", available: "10" });
     assert.equal(pool.body.status.utilizationPercent, 84.375);
 

@@ -56,13 +56,13 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
       "ipclaim-bound-ipv4: 7th claim of the pool gets 10.40.0.7, exact shape",
       async () => {
         for (let i = 1; i <= 6; i++) {
-          const r = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+          const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
             body: claimBody(`filler-${i}`),
           });
           assert.equal(r.status, 201, JSON.stringify(r.body));
           assert.equal(r.body.status.address, `10.40.0.${i}`);
         }
-        const r = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: createReq });
+        const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq });
         assert.equal(r.status, 201);
         assertShape(r.body, boundV4);
         assertPerRunMeta(r.body.metadata);
@@ -75,10 +75,10 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         assert.deepEqual(strip(r.body), strip(boundV4));
         assert.match(r.body.status.boundAllocationRef.name, /^alloc-[0-9a-f]{16}$/);
         assert.match(r.headers.get("server-timing") ?? "", /^milo;dur=\d+(\.\d+)?/);
-        const got = await miloApi(dev, "GET", `${NS}/ipclaims/${createReq.metadata.name}`);
+        const got = await miloApi<Any>(dev, "GET", `${NS}/ipclaims/${createReq.metadata.name}`);
         assert.equal(got.status, 200);
         assert.deepEqual(got.body, r.body);
-        const alloc = await miloApi(
+        const alloc = await miloApi<Any>(
           dev,
           "GET",
           `${NS}/ipallocations/${r.body.status.boundAllocationRef.name}`,
@@ -95,13 +95,13 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
       body.metadata.name = boundV6.metadata.name;
       body.spec.className = "vpc-pods-ipv6";
       body.spec.ipFamily = "IPv6";
-      await miloApi(dev, "POST", `${NS}/ipclaims`, {
+      await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
         body: { ...body, metadata: { name: "v6-filler-1" } },
       });
-      await miloApi(dev, "POST", `${NS}/ipclaims`, {
+      await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
         body: { ...body, metadata: { name: "v6-filler-2" } },
       });
-      const r = await miloApi(dev, "POST", `${NS}/ipclaims`, { body });
+      const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body });
       assert.equal(r.status, 201, JSON.stringify(r.body));
       assertShape(r.body, boundV6);
       assertPerRunMeta(r.body.metadata);
@@ -116,7 +116,7 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
 
     await t.step("ipclaim-list: IPClaimList with labelSelector and fieldSelector", async () => {
       const list = await fixture("ipclaim-list.json");
-      const r = await miloApi(
+      const r = await miloApi<Any>(
         dev,
         "GET",
         `${NS}/ipclaims?labelSelector=${encodeURIComponent("example.com/cluster=cluster-a")}`,
@@ -132,7 +132,7 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         assertShape(it, it.spec.ipFamily === "IPv4" ? boundV4 : boundV6);
       }
       const sel = async (q: string) =>
-        (await miloApi(dev, "GET", `${NS}/ipclaims?${q}`)).body.items.map((o: Any) =>
+        (await miloApi<Any>(dev, "GET", `${NS}/ipclaims?${q}`)).body.items.map((o: Any) =>
           o.metadata.name
         ).sort();
       assert.deepEqual(await sel("fieldSelector=spec.className%3Dvpc-pods-ipv6"), [
@@ -170,19 +170,19 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
           boundV6.metadata.name,
         ],
       );
-      const bad = await miloApi(dev, "GET", `${NS}/ipclaims?fieldSelector=spec.address%3Dx`);
+      const bad = await miloApi<Any>(dev, "GET", `${NS}/ipclaims?fieldSelector=spec.address%3Dx`);
       assert.equal(bad.status, 400);
       assert.equal(bad.body.kind, "Status");
     });
 
     await t.step("ippool: capacity and utilization exact (fixture numbers)", async () => {
       const pool = await fixture("ippool.json");
-      const r = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+      const r = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
       assert.equal(r.status, 200);
       assertShape(r.body, pool, "$", false);
       assert.deepEqual(r.body.spec, pool.spec);
       assert.deepEqual(r.body.status, pool.status);
-      const list = await miloApi(dev, "GET", "/ippools");
+      const list = await miloApi<Any>(dev, "GET", "/ippools");
       assert.equal(list.body.kind, "IPPoolList");
       const v6 = list.body.items.find((p: Any) => p.metadata.name === "vpc-7b3e-pods-v6");
       assert.deepEqual(v6.status.capacity, {
@@ -191,19 +191,23 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         available: "4294967292",
       });
       assert.equal(v6.status.utilizationPercent, 0);
-      const cls = await miloApi(dev, "GET", "/ipclasses/vpc-pods-ipv6");
+      const cls = await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6");
       assert.equal(cls.body.kind, "IPClass");
       assert.equal(cls.body.spec.prefixLength, 96);
     });
 
     await t.step("dryRun=All computes the next address and holds nothing", async () => {
-      const a = await miloApi(dev, "POST", `${NS}/ipclaims?dryRun=All`, { body: claimBody("dry") });
+      const a = await miloApi<Any>(dev, "POST", `${NS}/ipclaims?dryRun=All`, {
+        body: claimBody("dry"),
+      });
       assert.equal(a.status, 201);
       assert.equal(a.body.status.address, "10.40.0.8");
-      const b = await miloApi(dev, "POST", `${NS}/ipclaims?dryRun=All`, { body: claimBody("dry") });
+      const b = await miloApi<Any>(dev, "POST", `${NS}/ipclaims?dryRun=All`, {
+        body: claimBody("dry"),
+      });
       assert.equal(b.body.status.address, "10.40.0.8");
-      assert.equal((await miloApi(dev, "GET", `${NS}/ipclaims/dry`)).status, 404);
-      const pool = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+      assert.equal((await miloApi<Any>(dev, "GET", `${NS}/ipclaims/dry`)).status, 404);
+      const pool = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
       assert.equal(pool.body.status.capacity.allocated, "9");
     });
 
@@ -211,7 +215,7 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
       "ipclaim-releasing: DELETE answers 200 Releasing and frees the address",
       async () => {
         const rel = await fixture("ipclaim-releasing.json");
-        const r = await miloApi(dev, "DELETE", `${NS}/ipclaims/${boundV4.metadata.name}`);
+        const r = await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/${boundV4.metadata.name}`);
         assert.equal(r.status, 200);
         assertShape(r.body, rel, "$", false);
         assert.deepEqual(
@@ -227,39 +231,44 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
           rel.spec,
         );
         assert.equal(
-          (await miloApi(dev, "GET", `${NS}/ipclaims/${boundV4.metadata.name}`)).status,
+          (await miloApi<Any>(dev, "GET", `${NS}/ipclaims/${boundV4.metadata.name}`)).status,
           404,
         );
-        const allocs = await miloApi(
+        const allocs = await miloApi<Any>(
           dev,
           "GET",
           `${NS}/ipallocations?fieldSelector=spec.poolRef.name%3Dvpc-7b3e-pods-v4`,
         );
         assert.equal(allocs.body.items.length, 6);
-        const again = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("reuse") });
+        const again = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+          body: claimBody("reuse"),
+        });
         assert.equal(again.body.status.address, "10.40.0.7", "freed at once, FirstFit reuses it");
       },
     );
 
     await t.step("status-404 / 409 / 422 / 400 / 401 bodies equal the fixtures", async () => {
       const name = boundV4.metadata.name;
-      const r404 = await miloApi(dev, "GET", `${NS}/ipclaims/${name}`);
+      const r404 = await miloApi<Any>(dev, "GET", `${NS}/ipclaims/${name}`);
       assert.equal(r404.status, 404);
       assert.deepEqual(r404.body, await fixture("status-404-not-found.json"));
-      const d404 = await miloApi(dev, "DELETE", `${NS}/ipclaims/${name}`);
+      const d404 = await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/${name}`);
       assert.deepEqual([d404.status, d404.body], [404, await fixture("status-404-not-found.json")]);
 
-      assert.equal((await miloApi(dev, "POST", `${NS}/ipclaims`, { body: createReq })).status, 201);
-      const r409 = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: createReq });
+      assert.equal(
+        (await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq })).status,
+        201,
+      );
+      const r409 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq });
       assert.deepEqual([r409.status, r409.body], [
         409,
         await fixture("status-409-already-exists.json"),
       ]);
 
-      const r422 = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("Pod_1") });
+      const r422 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("Pod_1") });
       assert.deepEqual([r422.status, r422.body], [422, await fixture("status-422-invalid.json")]);
 
-      const r400 = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+      const r400 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
         body: claimBody("x", { className: "vpc-pods-ipv9" }),
       });
       assert.deepEqual([r400.status, r400.body], [
@@ -267,12 +276,12 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         await fixture("status-400-bad-request.json"),
       ]);
 
-      const r401 = await miloApi(dev, "GET", `${NS}/ipclaims`, { token: null });
+      const r401 = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`, { token: null });
       assert.deepEqual([r401.status, r401.body], [
         401,
         await fixture("status-401-unauthorized.json"),
       ]);
-      const bad = await miloApi(dev, "GET", `${NS}/ipclaims`, { token: "nope" });
+      const bad = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`, { token: "nope" });
       assert.deepEqual([bad.status, bad.body], [
         401,
         await fixture("status-401-unauthorized.json"),
@@ -283,35 +292,35 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
       "other 400s: scope role missing, family mismatch, prefix length; 409 pinned taken",
       async () => {
         const shape = await fixture("status-400-bad-request.json");
-        const scope = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        const scope = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("noscope", { scope: null }),
         });
         assert.equal(scope.status, 400);
         assertShape(scope.body, shape);
         assert.equal(scope.body.message, 'IPClass "vpc-pods-ipv4" requires scope role "network"');
-        const fam = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        const fam = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("fam", { ipFamily: "IPv6" }),
         });
         assert.equal(fam.status, 400);
         assertShape(fam.body, shape);
         const pl = claimBody("pl");
         (pl.spec as Any).prefixLength = 24;
-        assert.equal((await miloApi(dev, "POST", `${NS}/ipclaims`, { body: pl })).status, 400);
-        const pin = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        assert.equal((await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: pl })).status, 400);
+        const pin = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("pin", { address: "10.40.0.100" }),
         });
         assert.equal(pin.status, 201);
         assert.equal(pin.body.status.address, "10.40.0.100");
-        const taken = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        const taken = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("pin2", { address: "10.40.0.100" }),
         });
         assert.equal(taken.status, 409);
         assert.equal(taken.body.reason, "Conflict");
-        const reserved = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        const reserved = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("pin3", { address: "10.40.0.255" }),
         });
         assert.equal(reserved.status, 400);
-        const badLabel = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+        const badLabel = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("lbl", { labels: { "milo-ipam.io/node": "x".repeat(64) } }),
         });
         assert.equal(badLabel.status, 422);
@@ -322,7 +331,7 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
     await t.step("status-503 via faults, with Retry-After", async () => {
       await dev.setFaults({ errorRate: 1, errorStatuses: [503], retryAfterSeconds: 1 });
       try {
-        const r = await miloApi(dev, "GET", `${NS}/ipclaims`);
+        const r = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`);
         assert.deepEqual([r.status, r.body], [503, await fixture("status-503-unavailable.json")]);
         assert.equal(r.headers.get("retry-after"), "1");
         assert.match(r.headers.get("server-timing") ?? "", /^milo;dur=/);
@@ -332,10 +341,15 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
     });
 
     await t.step("project path form answers the same objects", async () => {
-      const direct = await miloApi(dev, "GET", `${NS}/ipclaims/${createReq.metadata.name}`);
-      const viaProject = await miloApi(dev, "GET", `${NS}/ipclaims/${createReq.metadata.name}`, {
-        project: "tenant-a",
-      });
+      const direct = await miloApi<Any>(dev, "GET", `${NS}/ipclaims/${createReq.metadata.name}`);
+      const viaProject = await miloApi<Any>(
+        dev,
+        "GET",
+        `${NS}/ipclaims/${createReq.metadata.name}`,
+        {
+          project: "tenant-a",
+        },
+      );
       assert.equal(viaProject.status, 200);
       assert.deepEqual(viaProject.body, direct.body);
       assert.equal(viaProject.body.spec.ownerRef.name, "tenant-a");
@@ -351,14 +365,14 @@ Deno.test("milo-dev contract: status-403 (class not consumable) and status-507 (
   seed.projects[1].ipClasses[0].spec.consumers = ["tenant-a"];
   const dev = await startMiloDev({ seed });
   try {
-    const r403 = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+    const r403 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
       body: claimBody("x"),
       token: "dev-token-b",
     });
     assert.deepEqual([r403.status, r403.body], [403, await fixture("status-403-forbidden.json")]);
     const created: string[] = [];
     for (let i = 0; i < 6; i++) {
-      const r = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`c${i}`) });
+      const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`c${i}`) });
       assert.equal(r.status, 201);
       created.push(r.body.status.address);
     }
@@ -370,12 +384,14 @@ Deno.test("milo-dev contract: status-403 (class not consumable) and status-507 (
       "10.40.0.5",
       "10.40.0.6",
     ]);
-    const r507 = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("c7") });
+    const r507 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("c7") });
     assert.deepEqual([r507.status, r507.body], [507, await fixture("status-507-exhausted.json")]);
-    const pool = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+    const pool = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
     assert.deepEqual(pool.body.status.capacity, { total: "8", allocated: "8", available: "0" });
     assert.equal(pool.body.status.utilizationPercent, 100);
-    const dry = await miloApi(dev, "POST", `${NS}/ipclaims?dryRun=All`, { body: claimBody("c8") });
+    const dry = await miloApi<Any>(dev, "POST", `${NS}/ipclaims?dryRun=All`, {
+      body: claimBody("c8"),
+    });
     assert.equal(dry.status, 507);
   } finally {
     await dev.stop();
@@ -386,8 +402,8 @@ Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Co
   const dev = await startMiloDev();
   try {
     const del = (name: string, body?: unknown) =>
-      miloApi(dev, "DELETE", `${NS}/ipclaims/${name}`, { body });
-    const created = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-1") });
+      miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/${name}`, { body });
+    const created = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-1") });
     assert.equal(created.status, 201);
     const { uid, resourceVersion } = created.body.metadata;
     const options = (preconditions: Any) => ({
@@ -417,11 +433,11 @@ Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Co
         `Precondition failed: ResourceVersion in precondition: 1, ResourceVersion in object meta: ${resourceVersion}$`,
       ),
     );
-    const dry = await miloApi(dev, "DELETE", `${NS}/ipclaims/pre-1?dryRun=All`, {
+    const dry = await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/pre-1?dryRun=All`, {
       body: options({ uid: "other" }),
     });
     assert.equal(dry.status, 409);
-    const kept = await miloApi(dev, "GET", `${NS}/ipclaims/pre-1`);
+    const kept = await miloApi<Any>(dev, "GET", `${NS}/ipclaims/pre-1`);
     assert.deepEqual(
       [kept.status, kept.body],
       [200, created.body],
@@ -440,7 +456,7 @@ Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Co
     assert.equal((await del("pre-1", [])).status, 400);
     assert.equal((await del("pre-1", options("uid"))).status, 400);
     assert.equal((await del("pre-1", options({ uid: 7 }))).status, 400);
-    assert.equal((await miloApi(dev, "GET", `${NS}/ipclaims/pre-1`)).status, 200);
+    assert.equal((await miloApi<Any>(dev, "GET", `${NS}/ipclaims/pre-1`)).status, 200);
 
     const ok = await del("pre-1", options({ uid, resourceVersion }));
     assert.equal(ok.status, 200);
@@ -448,10 +464,10 @@ Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Co
     const gone = await del("pre-1", options({ uid }));
     assert.equal(gone.status, 404, "a missing claim is 404 before any precondition");
 
-    await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-2") });
+    await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-2") });
     const noPre = await del("pre-2", { kind: "DeleteOptions", propagationPolicy: "Background" });
     assert.equal(noPre.status, 200, "DeleteOptions without preconditions deletes as before");
-    await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-3") });
+    await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-3") });
     assert.equal((await del("pre-3", options(null))).status, 200);
   } finally {
     await dev.stop();

@@ -15,18 +15,20 @@ Deno.test("milo-dev durability: SIGKILL + restart keeps claims and free addresse
   const dev = await startMiloDev();
   try {
     for (let i = 0; i < 20; i++) {
-      const v4 = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`p${i}-v4`) });
+      const v4 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`p${i}-v4`) });
       assert.equal(v4.status, 201);
-      const v6 = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+      const v6 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
         body: claimBody(`p${i}-v6`, { className: "vpc-pods-ipv6" }),
       });
       assert.equal(v6.status, 201);
     }
     for (const i of [3, 4, 11]) {
-      assert.equal((await miloApi(dev, "DELETE", `${NS}/ipclaims/p${i}-v4`)).status, 200);
+      assert.equal((await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/p${i}-v4`)).status, 200);
     }
     const before = summary(await dev.listClaims());
-    const poolBefore = (await miloApi(dev, "GET", "/ippools")).body.items.map((p: Any) => p.status);
+    const poolBefore = (await miloApi<Any>(dev, "GET", "/ippools")).body.items.map((p: Any) =>
+      p.status
+    );
     assert.deepEqual(poolBefore[0].capacity, { total: "256", allocated: "19", available: "237" });
 
     await dev.kill("SIGKILL");
@@ -34,10 +36,14 @@ Deno.test("milo-dev durability: SIGKILL + restart keeps claims and free addresse
     await dev.restart();
 
     assert.deepEqual(summary(await dev.listClaims()), before);
-    const poolAfter = (await miloApi(dev, "GET", "/ippools")).body.items.map((p: Any) => p.status);
+    const poolAfter = (await miloApi<Any>(dev, "GET", "/ippools")).body.items.map((p: Any) =>
+      p.status
+    );
     assert.deepEqual(poolAfter, poolBefore);
 
-    const next = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("after-restart") });
+    const next = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+      body: claimBody("after-restart"),
+    });
     assert.equal(next.status, 201);
     assert.equal(next.body.status.address, "10.40.0.4", "lowest free address after the restart");
     const taken = new Set(before.map((x: Any) => x[2]));
@@ -54,7 +60,7 @@ Deno.test("milo-dev durability: SIGKILL during concurrent creates leaves consist
     const inflight = Array.from(
       { length: 120 },
       (_, i) =>
-        miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`burst-${i}`) })
+        miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody(`burst-${i}`) })
           .then((r) => {
             if (r.status === 201) acked.push(r.body.metadata.name);
           })
@@ -74,9 +80,9 @@ Deno.test("milo-dev durability: SIGKILL during concurrent creates leaves consist
     for (const n of acked) assert.ok(names.has(n), `acknowledged claim ${n} survived`);
     const addrs = claims.map((c: Any) => c.status.address);
     assert.equal(new Set(addrs).size, addrs.length, "no duplicate address");
-    const allocs = await miloApi(dev, "GET", `${NS}/ipallocations`);
+    const allocs = await miloApi<Any>(dev, "GET", `${NS}/ipallocations`);
     assert.equal(allocs.body.items.length, claims.length, "one allocation per claim");
-    const pool = await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
+    const pool = await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4");
     assert.equal(pool.body.status.capacity.allocated, String(claims.length + 2));
   } finally {
     await dev.stop();

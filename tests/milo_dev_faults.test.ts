@@ -1,6 +1,8 @@
 /** Fault injection through the admin port: each kind, bounded, switchable. */
 
 import assert from "node:assert/strict";
+import type { IPClaimObject } from "../milo-dev/objects.ts";
+import type { Status } from "../milo-dev/status.ts";
 import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 const NS = "/namespaces/default";
@@ -53,13 +55,13 @@ Deno.test("milo-dev faults", async (t) => {
 
     await t.step("503 and 429 with Retry-After", async () => {
       await dev.setFaults({ errorRate: 1, errorStatuses: [503], retryAfterSeconds: 2 });
-      const a = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("never") });
+      const a = await miloApi<Status>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("never") });
       assert.equal(a.status, 503);
       assert.equal(a.headers.get("retry-after"), "2");
       assert.equal(a.body.reason, "ServiceUnavailable");
       assert.deepEqual(a.body.details, { retryAfterSeconds: 2 });
       await dev.setFaults({ errorRate: 1, errorStatuses: [429] });
-      const b = await miloApi(dev, "GET", "/ippools");
+      const b = await miloApi<Status>(dev, "GET", "/ippools");
       assert.equal(b.status, 429);
       assert.equal(b.headers.get("retry-after"), "1");
       assert.equal(b.body.kind, "Status");
@@ -131,10 +133,10 @@ Deno.test("milo-dev faults", async (t) => {
     await t.step("release failure leaves the claim Releasing until a retry", async () => {
       await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("sticky") });
       await dev.setFaults({ releaseFailRate: 1 });
-      const r = await miloApi(dev, "DELETE", `${NS}/ipclaims/sticky`);
+      const r = await miloApi<Status>(dev, "DELETE", `${NS}/ipclaims/sticky`);
       assert.equal(r.status, 500);
       assert.equal(r.body.reason, "InternalError");
-      const g = await miloApi(dev, "GET", `${NS}/ipclaims/sticky`);
+      const g = await miloApi<IPClaimObject>(dev, "GET", `${NS}/ipclaims/sticky`);
       assert.equal(g.body.status.phase, "Releasing");
       await dev.clearFaults();
       assert.equal((await miloApi(dev, "DELETE", `${NS}/ipclaims/sticky`)).status, 200);

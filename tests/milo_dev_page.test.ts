@@ -1,6 +1,7 @@
 /** The utilization page, rendered by headless Chromium. */
 
 import assert from "node:assert/strict";
+import type { IPPoolObject } from "../milo-dev/objects.ts";
 import { claimBody, miloApi, startMiloDev } from "../testing/milo_dev.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -103,7 +104,7 @@ Deno.test({
       for (const pool of ["vpc-7b3e-pods-v4", "vpc-7b3e-pods-v6", "vpc-9c1d-pods-v4"]) {
         assert.ok(dom.includes(`data-pool="${pool}"`), `pool ${pool} shown`);
       }
-      const v4 = (await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4")).body.status;
+      const v4 = (await miloApi<IPPoolObject>(dev, "GET", "/ippools/vpc-7b3e-pods-v4")).body.status;
       assert.deepEqual([v4.capacity.allocated, v4.capacity.total, v4.utilizationPercent], [
         "7",
         "256",

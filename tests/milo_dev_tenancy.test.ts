@@ -11,22 +11,22 @@ const B = { token: "dev-token-b" };
 Deno.test("milo-dev tenancy: isolation, 401, 403", async () => {
   const dev = await startMiloDev();
   try {
-    const a = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody("shared-name") });
+    const a = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("shared-name") });
     assert.equal(a.status, 201);
     assert.equal(a.body.status.address, "10.40.0.1");
 
     assert.deepEqual(await dev.listClaims("tenant-b"), []);
-    assert.equal((await miloApi(dev, "GET", `${NS}/ipclaims/shared-name`, B)).status, 404);
-    assert.equal((await miloApi(dev, "DELETE", `${NS}/ipclaims/shared-name`, B)).status, 404);
+    assert.equal((await miloApi<Any>(dev, "GET", `${NS}/ipclaims/shared-name`, B)).status, 404);
+    assert.equal((await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/shared-name`, B)).status, 404);
     assert.equal(
-      (await miloApi(dev, "GET", `${NS}/ipclaims/shared-name`)).status,
+      (await miloApi<Any>(dev, "GET", `${NS}/ipclaims/shared-name`)).status,
       200,
       "still there for tenant-a",
     );
-    const allocB = await miloApi(dev, "GET", `${NS}/ipallocations`, B);
+    const allocB = await miloApi<Any>(dev, "GET", `${NS}/ipallocations`, B);
     assert.deepEqual(allocB.body.items, []);
 
-    const b = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+    const b = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
       body: claimBody("shared-name"),
       ...B,
     });
@@ -35,34 +35,42 @@ Deno.test("milo-dev tenancy: isolation, 401, 403", async () => {
     assert.equal(b.body.spec.ownerRef.name, "tenant-b");
     assert.equal(b.body.status.address, "10.50.0.1");
 
-    const poolsB = await miloApi(dev, "GET", "/ippools", B);
+    const poolsB = await miloApi<Any>(dev, "GET", "/ippools", B);
     assert.deepEqual(poolsB.body.items.map((p: Any) => p.metadata.name), ["vpc-9c1d-pods-v4"]);
-    assert.equal((await miloApi(dev, "GET", "/ippools/vpc-7b3e-pods-v4", B)).status, 404);
-    assert.equal((await miloApi(dev, "GET", "/ipclasses/vpc-pods-ipv6", B)).status, 404);
-    const v6 = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+    assert.equal((await miloApi<Any>(dev, "GET", "/ippools/vpc-7b3e-pods-v4", B)).status, 404);
+    assert.equal((await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6", B)).status, 404);
+    const v6 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
       body: claimBody("v6", { className: "vpc-pods-ipv6" }),
       ...B,
     });
     assert.equal(v6.status, 400);
     assert.equal(v6.body.message, 'IPClass "vpc-pods-ipv6" not found');
 
-    const mismatch = await miloApi(dev, "GET", `${NS}/ipclaims`, { project: "tenant-a", ...B });
+    const mismatch = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`, {
+      project: "tenant-a",
+      ...B,
+    });
     assert.equal(mismatch.status, 403);
     assert.equal(mismatch.body.reason, "Forbidden");
     assert.equal(mismatch.body.code, 403);
-    const write = await miloApi(dev, "POST", `${NS}/ipclaims`, {
+    const write = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
       body: claimBody("x"),
       project: "tenant-a",
       ...B,
     });
     assert.equal(write.status, 403);
-    const unknownProject = await miloApi(dev, "GET", `${NS}/ipclaims`, { project: "tenant-z" });
+    const unknownProject = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`, {
+      project: "tenant-z",
+    });
     assert.equal(unknownProject.status, 403);
-    const ownProject = await miloApi(dev, "GET", `${NS}/ipclaims`, { project: "tenant-b", ...B });
+    const ownProject = await miloApi<Any>(dev, "GET", `${NS}/ipclaims`, {
+      project: "tenant-b",
+      ...B,
+    });
     assert.deepEqual(ownProject.body.items.map((o: Any) => o.metadata.name), ["shared-name"]);
 
     for (const token of [null, "", "dev-token-c"]) {
-      const r = await miloApi(dev, "GET", "/ippools", { token });
+      const r = await miloApi<Any>(dev, "GET", "/ippools", { token });
       assert.equal(r.status, 401);
       assert.equal(r.body.reason, "Unauthorized");
     }
@@ -74,7 +82,7 @@ Deno.test("milo-dev tenancy: isolation, 401, 403", async () => {
 
     const owner = claimBody("owner");
     (owner.spec as Any).ownerRef = { apiGroup: "x", kind: "Cluster", name: "evil", uid: "keep-me" };
-    const o = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: owner });
+    const o = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: owner });
     assert.deepEqual(o.body.spec.ownerRef, {
       apiGroup: "resourcemanager.miloapis.com",
       kind: "Project",

@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
 import { hostId } from "../lib/host.ts";
 import { install } from "../scripts/install.ts";
-import { boundFor, type FakeMilo, fakeMilo, fixture, json } from "../testing/fake_milo.ts";
+import { boundFor, type FakeMilo, fakeMilo } from "../testing/fake_milo.ts";
+import { fixture, reply } from "../testing/milo_fixtures.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { assertCniError, assertOk, MODES, TOKEN } from "../testing/process.ts";
 
@@ -26,28 +27,28 @@ function storeHandler(
     if (req.method === "POST") {
       const create = seen.body as Record<string, unknown>;
       const n = (create.metadata as { name: string }).name;
-      if (claims.has(n)) return json(409, fixture("status-409-already-exists.json"));
+      if (claims.has(n)) return reply(409, fixture("status-409-already-exists.json"));
       const answer = lease(create);
       if (answer instanceof Response) return answer;
       const claim = boundFor(create, answer);
       claims.set(n, claim);
-      return json(201, claim);
+      return reply(201, claim);
     }
     const notFound = () =>
-      json(404, { ...fixture("status-404-not-found.json"), details: { name, kind: "ipclaims" } });
+      reply(404, { ...fixture("status-404-not-found.json"), details: { name, kind: "ipclaims" } });
     if (req.method === "GET" && name) {
-      return claims.has(name) ? json(200, claims.get(name)) : notFound();
+      return claims.has(name) ? reply(200, claims.get(name)) : notFound();
     }
     if (req.method === "DELETE" && name) {
       const c = claims.get(name);
       if (!c) return notFound();
       claims.delete(name);
-      return json(200, { ...c, status: { ...(c.status as object), phase: "Releasing" } });
+      return reply(200, { ...c, status: { ...(c.status as object), phase: "Releasing" } });
     }
     if (req.method === "GET") {
-      return json(200, { kind: "IPClaimList", items: [...claims.values()] });
+      return reply(200, { kind: "IPClaimList", items: [...claims.values()] });
     }
-    return json(405, { kind: "Status", code: 405 });
+    return reply(405, { kind: "Status", code: 405 });
   };
   return { handle, claims };
 }
@@ -59,7 +60,7 @@ const GOOD = (create: Record<string, unknown>) =>
 
 /** One fake Milo and one install per mode; each step sets the fake's handler and starts clean. */
 async function failClosedEnv(mode: (typeof MODES)[number]) {
-  let current: Handler = () => json(500, {});
+  let current: Handler = () => reply(500, {});
   const fake = await fakeMilo((req, seen) => current(req, seen));
   const plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN, agent: mode === "agent" });
   const token = await Deno.readTextFile(plugin.tokenFile);
@@ -248,7 +249,7 @@ for (const mode of MODES) {
           const handle: Handler = (req, seen) => {
             const family = (seen.body as { spec?: { ipFamily?: string } })?.spec?.ipFamily;
             if (req.method === "POST" && family === "IPv6") {
-              return new Promise((resolve) => hung.push(() => resolve(json(503, {}))));
+              return new Promise((resolve) => hung.push(() => resolve(reply(503, {}))));
             }
             return store.handle(req, seen);
           };
@@ -335,7 +336,7 @@ for (const mode of MODES) {
             annotations: { [KEYS.containerId]: "gone", [KEYS.ifname]: "eth0" },
           },
         };
-        const handle: Handler = () => json(200, { kind: "IPClaimList", items: [evil] });
+        const handle: Handler = () => reply(200, { kind: "IPClaimList", items: [evil] });
         await env.run(handle, async (fake, plugin) => {
           // Recorded for this host and network: GC would release it but for its name.
           Object.assign(evil.metadata.annotations, {
@@ -355,7 +356,7 @@ for (const mode of MODES) {
       await t.step("answers and annotations are bounded", async () => {
         const huge = "x".repeat(5 * 1024 * 1024);
         await env.run(
-          () => json(201, { kind: "IPClaim", pad: huge }),
+          () => reply(201, { kind: "IPClaim", pad: huge }),
           async (_f, plugin) => {
             const r = await plugin.run({
               command: "ADD",

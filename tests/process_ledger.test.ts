@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { attachmentHash, KEYS } from "../lib/claims.ts";
 import { Journal } from "../lib/journal.ts";
+import type { IPClaim } from "../lib/milo_objects.ts";
 import type { ReconcileReport } from "../lib/reconcile.ts";
 import { claimBody, miloApi, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
@@ -22,7 +23,7 @@ async function leased(milo: MiloDev, containerId: string): Promise<string[]> {
   const claims = await milo.listClaims("tenant-a", `${KEYS.containerId}=${containerId}`);
   return claims.map((c) => {
     const [, prefix] = String(c.status.allocatedCIDR).split("/");
-    return c.status.address ? `${c.status.address}/${prefix}` : c.status.allocatedCIDR;
+    return c.status.address ? `${c.status.address}/${prefix}` : c.status.allocatedCIDR!;
   }).sort();
 }
 
@@ -260,7 +261,7 @@ Deno.test("ledger truth: the journal keeps every owed release past 1,024 entries
         containerId: name,
         ifname: "eth0",
       };
-      const r = await miloApi(milo, "POST", "/namespaces/default/ipclaims", {
+      const r = await miloApi<IPClaim>(milo, "POST", "/namespaces/default/ipclaims", {
         body: claimBody(name, { className: "vpc-pods-ipv6", ipFamily: "IPv6" }),
       });
       assert.equal(r.status, 201, JSON.stringify(r.body));

@@ -58,7 +58,7 @@ async function withEnv(
 }
 
 const owners = async (milo: MiloDev) =>
-  (await milo.listClaims("tenant-a")).map((c) => c.metadata.annotations[KEYS.containerId]).sort();
+  (await milo.listClaims("tenant-a")).map((c) => c.metadata.annotations?.[KEYS.containerId]).sort();
 
 for (const mode of MODES) {
   Deno.test(`[${mode}] every verb in every version against milo-dev over HTTPS`, async (t) => {

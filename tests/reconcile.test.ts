@@ -12,7 +12,8 @@ import {
   type InvocationOptions,
   withTempDir,
 } from "../testing/stub_invocation.ts";
-import { reply, statusReply, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
+import { reply, statusReply } from "../testing/milo_fixtures.ts";
+import { StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const GRACE_MS = 300_000;
 

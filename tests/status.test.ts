@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { API_PATH } from "../lib/milo.ts";
 import { status } from "../lib/status.ts";
 import { invocation, rejectsWith, withTempDir } from "../testing/stub_invocation.ts";
-import { type Json, refused, statusReply, StubMilo } from "../testing/stub_milo.ts";
+import { statusReply } from "../testing/milo_fixtures.ts";
+import { type Json, refused, StubMilo } from "../testing/stub_milo.ts";
 
 function statusOf(stub: StubMilo, ipam: Json = {}) {
   return withTempDir((dir) => status(invocation(stub, { command: "STATUS", stateDir: dir, ipam })));

@@ -1,14 +1,16 @@
 import assert from "node:assert/strict";
 import { claimName, KEYS, labelValue, ownership } from "../lib/claims.ts";
 import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/cni.ts";
-import { parseNodeConfig, readNodeConfig } from "../lib/config.ts";
+import { parseNodeConfig } from "../lib/config.ts";
+import { readNodeConfig } from "../lib/config_file.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
 import { hostId } from "../lib/host.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { sha256Hex } from "../lib/sha256.ts";
-import { grantsFor, launcherScript } from "../scripts/install.ts";
+import { launcherScript } from "../scripts/build.ts";
+import { grantsFor } from "../scripts/sandbox.ts";
 
 const NODE = {
   milo: { url: "https://milo.example.com/base", tokenFile: "/etc/milo-ipam/token" },

@@ -6,7 +6,6 @@
  */
 import { holderOf, KEYS } from "../../lib/claims.ts";
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
-import type { IPClaim } from "../../lib/milo_objects.ts";
 import { callSocket } from "../agent_socket.ts";
 import { type AgentResults, type Burst, type LoadPoint, summarize } from "../model.ts";
 import type { Plan } from "../plan.ts";
@@ -188,9 +187,9 @@ export async function restartRun(
     }
   });
   const claims = (await w.tls.listClaims(undefined, `${KEYS.cluster}=${w.g.node.cluster}`))
-    .filter((c: IPClaim) => holderOf(c).containerId?.startsWith("restart-"));
+    .filter((c) => holderOf(c).containerId?.startsWith("restart-"));
   const holders = new Map<string, string[]>();
-  for (const c of claims as IPClaim[]) {
+  for (const c of claims) {
     const a = canonical(c.status.allocatedCIDR ?? "");
     holders.set(a, [...holders.get(a) ?? [], holderOf(c).containerId ?? "?"]);
   }

@@ -4,7 +4,7 @@
  * the unminified bundle is npm:zod.
  */
 import { join } from "node:path";
-import { launcherScript } from "../../scripts/install.ts";
+import { launcherScript } from "../../scripts/build.ts";
 import type { StartupResults } from "../model.ts";
 import type { Plan } from "../plan.ts";
 import { cniEnv, execTimed, type Ran, Recorder, say } from "../proc.ts";

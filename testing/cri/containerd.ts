@@ -14,8 +14,9 @@
  * shim as it exits) and the sandboxes' cgroups (under the cgroup parent the
  * test names, removed by {@link Containerd.cleanup}).
  */
-import { BUSYBOX, CNI_PLUGINS, LIBCNI_RESULTS, Podman, podmanMissing, runCmd } from "../podman.ts";
+import { CNI_PLUGINS, LIBCNI_RESULTS, Podman, podmanMissing, runCmd } from "../podman.ts";
 import { CriClient, type PodSandboxConfig } from "./client.ts";
+import { deleteRuncLeftovers, killShims, removeCgroups, unmountUnder } from "./leftovers.ts";
 
 export { CNI_PLUGINS, LIBCNI_RESULTS };
 
@@ -54,32 +55,13 @@ export async function criMissing(): Promise<string | undefined> {
 /**
  * Builds the sandbox image without a registry: a rootfs of busybox-static
  * whose entrypoint sleeps (as long as a 32-bit sleep goes), `podman import`ed
- * into a podman storage of its own and saved as a docker archive at
- * `archive`. The podman storage is removed afterwards.
+ * into a podman storage of its own ({@link Podman.importBusybox}) and saved as
+ * a docker archive at `archive`. The podman storage is removed afterwards.
  */
 export async function buildPauseImage(tag: string, archive: string): Promise<void> {
   const pm = await Podman.create({ pluginDirs: [CNI_PLUGINS] });
   try {
-    const rootfs = `${pm.dir}/pause-rootfs`;
-    await Deno.mkdir(`${rootfs}/bin`, { recursive: true });
-    await Deno.copyFile(BUSYBOX, `${rootfs}/bin/busybox`);
-    await Deno.chmod(`${rootfs}/bin/busybox`, 0o755);
-    await Deno.symlink("busybox", `${rootfs}/bin/sleep`);
-    for (const d of ["etc", "proc", "sys", "dev", "tmp", "run"]) await Deno.mkdir(`${rootfs}/${d}`);
-    const tar = `${pm.dir}/pause-rootfs.tar`;
-    const t = await runCmd("tar", ["-C", rootfs, "-cf", tar, "."]);
-    if (t.code !== 0) throw new Error(`tar: ${t.stderr}`);
-    await pm.ok([
-      "import",
-      "--signature-policy",
-      `${pm.dir}/policy.json`,
-      "--change",
-      'ENTRYPOINT ["/bin/sleep"]',
-      "--change",
-      'CMD ["2147483647"]',
-      tar,
-      tag,
-    ]);
+    await pm.importBusybox(tag, ["sleep"], ['ENTRYPOINT ["/bin/sleep"]', 'CMD ["2147483647"]']);
     await pm.ok(["save", "--format", "docker-archive", "-o", archive, tag]);
   } finally {
     const problems = await pm.cleanup();
@@ -358,9 +340,9 @@ export class Containerd {
         this.sandboxIds.add(e.name);
       }
     }
-    await attempt("runc leftovers", () => this.#deleteRuncLeftovers());
-    await attempt("shim leftovers", () => this.#killShims());
-    await attempt("unmount", () => this.#unmountAll());
+    await attempt("runc leftovers", () => deleteRuncLeftovers(this.runcRoot));
+    await attempt("shim leftovers", () => killShims(this.socket));
+    await attempt("unmount", () => unmountUnder(this.dir));
     for (const name of await this.cacheEntries()) {
       await attempt(`remove cache ${name}`, () => Deno.remove(`${LIBCNI_RESULTS}/${name}`));
     }
@@ -376,60 +358,5 @@ export class Containerd {
       await Deno.remove(d).catch(() => {}); // only when empty: another containerd may use it.
     }
     return problems;
-  }
-
-  /** `runc delete --force` of every container left in this containerd's runc root. */
-  async #deleteRuncLeftovers(): Promise<void> {
-    const nsRoot = `${this.runcRoot}/k8s.io`;
-    for (const e of await Array.fromAsync(Deno.readDir(nsRoot)).catch(() => [])) {
-      if (!e.isDirectory) continue;
-      const r = await runCmd("runc", ["--root", nsRoot, "delete", "--force", e.name], {
-        timeoutMs: 20_000,
-      });
-      if (r.code !== 0) throw new Error(`runc delete ${e.name}: ${r.stderr.trim()}`);
-    }
-  }
-
-  /** SIGKILLs runc shims started for this containerd (their command line names its socket). */
-  async #killShims(): Promise<void> {
-    for (const e of await Array.fromAsync(Deno.readDir("/proc"))) {
-      if (!/^\d+$/.test(e.name)) continue;
-      const cmd = await Deno.readTextFile(`/proc/${e.name}/cmdline`).catch(() => "");
-      const argv = cmd.split("\0");
-      if (!argv[0]?.endsWith("containerd-shim-runc-v2")) continue;
-      const at = argv.indexOf("-address");
-      if (at >= 0 && argv[at + 1] === this.socket) {
-        try {
-          Deno.kill(Number(e.name), "SIGKILL");
-        } catch { /* gone */ }
-      }
-    }
-  }
-
-  /** Lazily unmounts everything mounted under the temp dir, deepest first. */
-  async #unmountAll(): Promise<void> {
-    const mounts = (await Deno.readTextFile("/proc/self/mounts").catch(() => ""))
-      .split("\n").map((l) => l.split(" ")[1]?.replace(/\\040/g, " "))
-      .filter((m): m is string => !!m && m.startsWith(`${this.dir}/`))
-      .sort((a, b) => b.length - a.length);
-    for (const m of mounts) {
-      const r = await runCmd("umount", ["-l", m]);
-      if (r.code !== 0) throw new Error(`umount ${m}: ${r.stderr.trim()}`);
-    }
-  }
-}
-
-/** Removes the (empty) cgroup `parent` and its children in every mounted hierarchy. */
-async function removeCgroups(parent: string): Promise<void> {
-  const roots = (await Deno.readTextFile("/proc/self/mounts").catch(() => ""))
-    .split("\n").map((l) => l.split(" ")).filter((f) => f[2] === "cgroup" || f[2] === "cgroup2")
-    .map((f) => f[1]);
-  for (const root of roots) {
-    const dir = `${root}/${parent.replace(/^\/+/, "")}`;
-    const children = await Array.fromAsync(Deno.readDir(dir)).catch(() => []);
-    for (const c of children) {
-      if (c.isDirectory) await Deno.remove(`${dir}/${c.name}`).catch(() => {});
-    }
-    await Deno.remove(dir).catch(() => {});
   }
 }

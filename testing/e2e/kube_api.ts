@@ -6,7 +6,8 @@
  * it (`--kube` with a kubeconfig), run on node a1.
  */
 import { install } from "../../scripts/install.ts";
-import type { KubeDevFaults, KubeDevState, PodInput } from "../kube_dev.ts";
+import type { KubeDevFaults, KubeDevState } from "../kube_dev.ts";
+import type { PodInput } from "../kube_store.ts";
 import { writeState } from "../kube_dev.ts";
 import { waitForText } from "../child.ts";
 import { makeTestCA } from "../testca.ts";

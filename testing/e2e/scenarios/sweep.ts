@@ -8,7 +8,7 @@
  * brake: nothing released.
  */
 import assert from "node:assert/strict";
-import type { PodInput } from "../../kube_dev.ts";
+import type { PodInput } from "../../kube_store.ts";
 import { ClusterApi, podInput, stateOf, type SweepRun } from "../kube_api.ts";
 import { describe, newDriver, startPod } from "../kubelet.ts";
 import type { Claim } from "../milo.ts";

@@ -1,0 +1,127 @@
+/**
+ * The objects the Kubernetes API stand-in (testing/kube_dev.ts) serves: pods
+ * and nodes cut from the shared fixtures (`tests/fixtures/kube/`, real `v1`
+ * objects), filled in from what a test says about them, with the
+ * resourceVersion every change bumps.
+ */
+
+const FIXTURES = new URL("../tests/fixtures/kube/", import.meta.url);
+
+/** A Kubernetes fixture body (a fresh copy): real `v1` objects as an API server answers them. */
+export function kubeFixture(name: string): KubeObject {
+  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
+}
+
+/** The pod and node every stored object is cut from (list items: no kind, no apiVersion). */
+const TEMPLATES = (() => {
+  const { kind: _k, apiVersion: _a, ...pod } = kubeFixture("pod.json");
+  const node = (kubeFixture("nodelist.json").items as KubeObject[])[0];
+  return JSON.stringify({ pod, node });
+})();
+
+/** What a test says about a pod; the rest is filled in. */
+export interface PodInput {
+  namespace: string;
+  name: string;
+  /** Default: a fresh random UID. */
+  uid?: string;
+  nodeName?: string;
+  /** Default `Running`. */
+  phase?: string;
+  annotations?: Record<string, string>;
+}
+
+/** A stored object, in the API's JSON shape. */
+export type KubeObject = { metadata: Record<string, unknown> } & Record<string, unknown>;
+
+/** The pods and nodes the stand-in serves; every change bumps the resourceVersion. */
+export class KubeStore {
+  readonly #pods = new Map<string, KubeObject>();
+  readonly #nodes = new Map<string, KubeObject>();
+  #rv = 1000;
+
+  /** The current resourceVersion. */
+  get resourceVersion(): string {
+    return String(this.#rv);
+  }
+
+  #meta(extra: Record<string, unknown>): Record<string, unknown> {
+    return {
+      uid: crypto.randomUUID(),
+      resourceVersion: String(++this.#rv),
+      creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
+      ...extra,
+    };
+  }
+
+  /** Adds (or replaces, by namespace/name) a pod; answers the stored object. */
+  addPod(p: PodInput): KubeObject {
+    const { pod } = JSON.parse(TEMPLATES) as { pod: KubeObject };
+    pod.metadata = this.#meta({
+      name: p.name,
+      namespace: p.namespace,
+      ...(p.uid ? { uid: p.uid } : {}),
+      ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
+    });
+    const spec = pod.spec as Record<string, unknown>;
+    if (p.nodeName) spec.nodeName = p.nodeName;
+    else delete spec.nodeName;
+    const { podIP: _p, podIPs: _ps, hostIP: _h, hostIPs: _hs, ...status } = pod.status as Record<
+      string,
+      unknown
+    >;
+    pod.status = { ...status, phase: p.phase ?? "Running" };
+    this.#pods.set(`${p.namespace}/${p.name}`, pod);
+    return pod;
+  }
+
+  /** Removes a pod; true when it existed. */
+  removePod(namespace: string, name: string): boolean {
+    this.#rv++;
+    return this.#pods.delete(`${namespace}/${name}`);
+  }
+
+  /** The pod `namespace/name`, if stored. */
+  pod(namespace: string, name: string): KubeObject | undefined {
+    return this.#pods.get(`${namespace}/${name}`);
+  }
+
+  /** Adds a node (a Ready one). */
+  addNode(name: string): KubeObject {
+    const { node } = JSON.parse(TEMPLATES) as { node: KubeObject };
+    const labels = node.metadata.labels as Record<string, string>;
+    node.metadata = this.#meta({
+      name,
+      labels: { ...labels, "kubernetes.io/hostname": name },
+      annotations: node.metadata.annotations,
+    });
+    const status = node.status as { addresses: { type: string; address: string }[] };
+    status.addresses = status.addresses.filter((a) => a.type !== "Hostname");
+    status.addresses.push({ type: "Hostname", address: name });
+    this.#nodes.set(name, node);
+    return node;
+  }
+
+  /** Removes a node; true when it existed. */
+  removeNode(name: string): boolean {
+    this.#rv++;
+    return this.#nodes.delete(name);
+  }
+
+  /** Removes every pod and node. */
+  clear(): void {
+    this.#rv++;
+    this.#pods.clear();
+    this.#nodes.clear();
+  }
+
+  /** Every pod, sorted by namespace/name (the list order). */
+  pods(): KubeObject[] {
+    return [...this.#pods.keys()].sort().map((k) => this.#pods.get(k)!);
+  }
+
+  /** Every node, sorted by name. */
+  nodes(): KubeObject[] {
+    return [...this.#nodes.keys()].sort().map((k) => this.#nodes.get(k)!);
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * Milo's answers from the shared fixtures (`tests/fixtures/milo/`, the bodies
+ * Milo's API gives): a fixture body, a JSON response, and a Status response of
+ * a code with the object it names; for the in-memory Milo
+ * (testing/stub_milo.ts) and the scriptable one on a port (testing/fake_milo.ts).
+ */
+
+const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
+
+/** A JSON object. */
+type JsonObject = Record<string, unknown>;
+
+/** A fixture body from `tests/fixtures/milo/` (a fresh copy each call). */
+export function fixture<T = JsonObject>(name: string): NoInfer<T> {
+  return JSON.parse(Deno.readTextFileSync(new URL(name, FIXTURES)));
+}
+
+/** A JSON response. */
+export function reply(status: number, body: unknown, headers: Record<string, string> = {}) {
+  return new Response(body === undefined ? null : JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json", ...headers },
+  });
+}
+
+const STATUS_FIXTURES: Record<number, string> = {
+  400: "status-400-bad-request.json",
+  401: "status-401-unauthorized.json",
+  403: "status-403-forbidden.json",
+  404: "status-404-not-found.json",
+  409: "status-409-already-exists.json",
+  422: "status-422-invalid.json",
+  503: "status-503-unavailable.json",
+  507: "status-507-exhausted.json",
+};
+
+/**
+ * A Status object from the fixture of `code` (a bare one for codes without a
+ * fixture); `name` replaces the object named in message and details.
+ */
+export function statusBody(
+  code: number,
+  o: { name?: string; reason?: string; message?: string } = {},
+): JsonObject {
+  const file = STATUS_FIXTURES[code];
+  const base: JsonObject = file ? fixture(file) : {
+    kind: "Status",
+    apiVersion: "v1",
+    metadata: {},
+    status: "Failure",
+    message: `HTTP ${code}`,
+    reason: "InternalError",
+    details: {},
+    code,
+  };
+  const details = { ...(base.details as JsonObject) };
+  let message = base.message as string;
+  if (o.name !== undefined) {
+    const was = details.name as string | undefined;
+    if (was) message = message.replaceAll(was, o.name);
+    details.name = o.name;
+  }
+  return {
+    ...base,
+    message: o.message ?? message,
+    ...(o.reason ? { reason: o.reason } : {}),
+    details,
+  };
+}
+
+/** A Status answer of `code` (see {@link statusBody}). */
+export function statusReply(
+  code: number,
+  o: { name?: string; reason?: string; message?: string; headers?: Record<string, string> } = {},
+): Response {
+  return reply(code, statusBody(code, o), o.headers);
+}
