@@ -6,7 +6,8 @@ import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 /**
  * CHECK: each family's claim must exist in Milo, be Bound, record this
  * attachment's holder (node, host, network, pod), and lease the address that
- * `prevResult` reports.
+ * `prevResult` reports (with whatever mask it reports it: the IPv4 address,
+ * the IPv6 block's first address or Milo's `status.address`).
  */
 export const check: Handler = async (inv) => {
   const claims = await settleAll(familiesOf(inv.conf.network).map((f) => checkFamily(inv, f)));
@@ -32,15 +33,19 @@ async function checkFamily(inv: Invocation, family: Family): Promise<string> {
       `${fam} claim ${name} is ${claim.status.phase ?? "without a phase"}, not Bound`,
     );
   }
-  const held = formatCidr(leaseOf(claim, family, inv.conf.network.prefixLengths));
+  const held = leaseOf(claim, family, inv.conf.network.prefixLengths);
   const previous = inv.conf.prevResult;
   if (!previous) return name;
+  // The address, whatever mask the master reports it with: galactic-tap shows an IPv4 lease
+  // as /25 (the host gateway's mask), and a master may re-mask what IPAM returned.
   const reported = previous.get(family) ?? [];
-  if (!reported.some((c) => formatCidr(c) === held)) {
+  if (!reported.some((c) => c.ip === held.ip)) {
     const prev = reported.length ? reported.map(formatCidr).join(", ") : "none";
     throw new CniError(
       "check",
-      `${fam} address differs: prevResult has ${prev}, Milo's claim ${name} holds ${held}`,
+      `${fam} address differs: prevResult has ${prev}, Milo's claim ${name} holds ${
+        formatCidr(held)
+      }`,
     );
   }
   return name;

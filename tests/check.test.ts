@@ -84,15 +84,27 @@ Deno.test("CHECK: a different address is 104 naming both", async () => {
   );
 });
 
-Deno.test("CHECK: a different prefix length is 104", async () => {
-  const prev = { ...PREV, ips: [{ address: "10.40.0.7/24" }, PREV.ips[1]] };
+Deno.test("CHECK: the master's mask does not matter, the address does (galactic-tap's /25)", async () => {
+  for (
+    const [v4, v6] of [
+      ["10.40.0.7/25", "fd20::1:0:3:0:0/96"],
+      ["10.40.0.7/24", "fd20::1:0:3:0:0/64"],
+      ["10.40.0.7/32", "fd20::1:0:3:0:0/128"],
+    ]
+  ) {
+    const prev = { ...PREV, ips: [{ address: v4 }, { address: v6 }] };
+    const r = await checkWith(prev);
+    assert.equal(r.error, undefined, `${v4} ${v6}: ${r.error}`);
+  }
+  const other4 = { ...PREV, ips: [{ address: "10.40.0.8/25" }, PREV.ips[1]] };
   await failure(
-    await checkWith(prev),
+    await checkWith(other4),
     104,
-    /prevResult has 10\.40\.0\.7\/24, .* holds 10\.40\.0\.7\/32/,
+    /IPv4 address differs: prevResult has 10\.40\.0\.8\/25, .* holds 10\.40\.0\.7\/32/,
   );
-  const prev6 = { ...PREV, ips: [PREV.ips[0], { address: "fd20::1:0:3:0:0/128" }] };
-  await failure(await checkWith(prev6), 104, /IPv6 address differs/);
+  // Inside the block, but not its first address: not the pod's.
+  const other6 = { ...PREV, ips: [PREV.ips[0], { address: "fd20::1:0:3:0:1/96" }] };
+  await failure(await checkWith(other6), 104, /IPv6 address differs/);
 });
 
 Deno.test("CHECK: a claim not Bound is 104", async () => {
