@@ -19,15 +19,18 @@ import { INFLIGHT, LOADED_TIMEOUTS, type Run, timed } from "../testing/e2e/scena
 
 const MISSING = e2eMissing();
 const IN_CI = Boolean(Deno.env.get("CI"));
-/** Lifecycles of scenario 2 per mode (E2E_CHURN sets both, E2E_CHURN_AGENT the agent's). */
+/**
+ * Lifecycles of scenario 2 per mode (E2E_CHURN sets both, E2E_CHURN_AGENT the agent's); the
+ * full-size soak (`deno task soak`) runs 1,000 of each scenario's.
+ */
 const CHURN: Record<Mode, number> = {
-  direct: Number(Deno.env.get("E2E_CHURN") ?? 1000),
-  agent: Number(Deno.env.get("E2E_CHURN_AGENT") ?? Deno.env.get("E2E_CHURN") ?? 1000),
+  direct: Number(Deno.env.get("E2E_CHURN") ?? 128),
+  agent: Number(Deno.env.get("E2E_CHURN_AGENT") ?? Deno.env.get("E2E_CHURN") ?? 128),
 };
-/** Multus lifecycles of scenario 7 per mode (E2E_MULTUS_CHURN; else 150, at most the mode's churn). */
+/** Multus lifecycles of scenario 7 per mode (E2E_MULTUS_CHURN; else 64, at most the mode's churn). */
 const MULTUS_CHURN: Record<Mode, number> = {
-  direct: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(150, CHURN.direct)),
-  agent: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(150, CHURN.agent)),
+  direct: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.direct)),
+  agent: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.agent)),
 };
 /** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7); all by default. Not in CI. */
 const ONLY = Deno.env.get("E2E_SCENARIOS")?.split(",").map((s) => s.trim()).filter(Boolean);
