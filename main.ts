@@ -41,10 +41,6 @@ async function subcommand(name: string, args: string[]): Promise<number> {
 async function cni(): Promise<number> {
   const granted = installed();
   for (const host of granted.nonCniNet ?? []) Deno.permissions.revokeSync({ name: "net", host });
-  for (const path of granted.nonCniDirs ?? []) {
-    Deno.permissions.revokeSync({ name: "read", path });
-    Deno.permissions.revokeSync({ name: "write", path });
-  }
   const stdin = readStdinBytes();
   if (Deno.env.get("CNI_COMMAND") === "VERSION") {
     const [{ version }, { decodeStdin }] = await Promise.all([
@@ -60,6 +56,7 @@ async function cni(): Promise<number> {
     write(JSON.stringify(version(text)) + "\n");
     return 0;
   }
+  for (const path of granted.nonCniDirs ?? []) Deno.permissions.revokeSync({ name: "write", path });
   const r = await callAgent(STARTED, stdin);
   if (r.kind === "done") {
     write(r.stdout);

@@ -1,6 +1,14 @@
-import { claimBody, describeHolder, holderOf, leaseOf, mismatches } from "./claims.ts";
+import {
+  answerDiffers,
+  claimBody,
+  describeHolder,
+  holderOf,
+  leaseOf,
+  mismatches,
+  recordsAnother,
+} from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
-import { CniError, combineErrors, errorText, toCniError } from "./errors.ts";
+import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { Holding } from "./holdings.ts";
@@ -94,7 +102,10 @@ async function leaseFamily(
   const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family);
   const name = (body.metadata as { name: string }).name;
   const created = await inv.milo.createClaim(body);
-  const claim = created ?? await ownExisting(inv, name, net.classes[family]!, body);
+  const [claim, fresh] = created
+    ? [created, true]
+    : await ownExisting(inv, name, net.classes[family]!, body);
+  if (fresh) await mustBePosted(inv, family, body, claim, entry);
   const phase = claim.status.phase;
   if (phase !== "Bound") {
     const outcome = phase === "Releasing" || phase === "Pending" ? "transient" : "rejected";
@@ -119,14 +130,15 @@ async function leaseFamily(
  * with the right class: recorded for this node, host, network and pod. One
  * recorded for another pod on this node and host (the runtime gave the same
  * container ID to a new pod, so the old one's sandbox is gone) is released by
- * its uid and made again; any other holder fails the ADD, naming it.
+ * its uid and made again (answered with `true`: a create's answer); any
+ * other holder fails the ADD, naming it.
  */
 async function ownExisting(
   inv: Invocation,
   name: string,
   className: string,
   body: Record<string, unknown>,
-): Promise<IPClaim> {
+): Promise<[IPClaim, boolean]> {
   const claim = await inv.milo.getClaim(name);
   if (!claim) {
     throw new CniError(
@@ -142,7 +154,7 @@ async function ownExisting(
   if (reused && uid) {
     await inv.milo.releaseClaim(name, uid);
     const made = await inv.milo.createClaim(body);
-    if (made) return made;
+    if (made) return [made, true];
     throw new CniError(
       "transient",
       `claim ${name} of another pod was released, and made again by another call before this one`,
@@ -165,7 +177,68 @@ async function ownExisting(
       "DEL the attachment before changing its classes",
     );
   }
-  return claim;
+  return [claim, false];
+}
+
+/**
+ * Milo's 201 must be the claim this ADD posted: the same name, the holder
+ * posted (its `milo-ipam.io/` annotations, exactly), the class and the family
+ * ({@link answerDiffers}). Any other answer fails the ADD with 105, and what
+ * is released depends on what the answer may be, for an ADD never releases a
+ * claim that is not this attachment's:
+ *
+ * - Another name: the answer is not the claim posted, and no DELETE of
+ *   another name is ever sent for it (it may be anyone's claim), so it is
+ *   left alone. Whether the claim posted was made is unknown; if it was, it
+ *   is this attachment's and holds the name posted: the attachment's DEL
+ *   (which the runtime sends after a failed ADD) deletes it by that name, or
+ *   reconcile releases it as an orphan. Nothing is deleted by that name here
+ *   without its uid, which the answer did not give.
+ * - This name, but recording another attachment (cluster, container,
+ *   interface) or another host: it may be another holder's claim answered in
+ *   place of a 409, so it is left alone too, as {@link ownExisting} leaves one.
+ * - This name and this attachment and host, but another node, network, pod,
+ *   class or family, or a holder annotation missing: the object this POST
+ *   made, not as posted; it is released by the uid answered (only while it is
+ *   that object), or journaled when that fails.
+ */
+async function mustBePosted(
+  inv: Invocation,
+  family: Family,
+  body: Record<string, unknown>,
+  answer: IPClaim,
+  entry: JournalHold | null,
+): Promise<void> {
+  const differs = answerDiffers(body, answer);
+  if (!differs.length) return;
+  const posted = (body.metadata as { name: string }).name;
+  const got = JSON.stringify(clip(answer.metadata.name, 80));
+  const what = `${miloFamily(family)} claim ${posted}`;
+  if (answer.metadata.name !== posted) {
+    throw new CniError(
+      "protocol",
+      `Milo answered the create of ${what} with another claim, ${got}`,
+      `${differs.join("; ")}; ${got} is not the claim posted: left alone; ${posted} may ` +
+        "exist (the answer does not say): this attachment's DEL deletes it by name, or " +
+        "milo-ipam reconcile releases it as an orphan",
+    );
+  }
+  const message = `Milo's answer to the create of ${what} is not the claim posted`;
+  if (recordsAnother(answer, inv.attachment)) {
+    throw new CniError(
+      "protocol",
+      message,
+      `${differs.join("; ")}; it records another holder (${describeHolder(answer)}), ` +
+        "so it may not be this attachment's claim: left alone",
+    );
+  }
+  const note = await rollBack(
+    inv,
+    { family, name: posted, uid: answer.metadata.uid },
+    message,
+    entry,
+  );
+  throw new CniError("protocol", message, `${differs.join("; ")}; ${note}`);
 }
 
 /**

@@ -13,8 +13,10 @@ import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./f
 import { invoke, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
+import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { MiloClient } from "./milo.ts";
+import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
@@ -57,7 +59,7 @@ export class Agent {
   readonly #inflight = new Set<Promise<void>>();
   readonly #logger = new Logger();
   #listener: Deno.Listener | undefined;
-  #metricsServer: Deno.HttpServer | undefined;
+  #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
@@ -77,8 +79,8 @@ export class Agent {
   /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
   async start(): Promise<void> {
     const path = this.socket;
-    const dir = dirOf(path);
-    await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+    requirePrivateDirs(this.#node);
+    ownSocketDir(dirOf(path));
     await removeStaleSocket(path);
     this.#listener = Deno.listen({ transport: "unix", path });
     await Deno.chmod(path, 0o600);
@@ -86,11 +88,11 @@ export class Agent {
     const m = this.#node.agent.metrics;
     if (m) {
       const at = m.lastIndexOf(":");
-      this.#metricsServer = Deno.serve({
-        hostname: m.slice(0, at).replace(/^\[|\]$/g, ""),
-        port: Number(m.slice(at + 1)),
-        onListen: () => {},
-      }, (req) => this.#serveMetrics(req));
+      this.#metricsServer = serveMetrics(
+        m.slice(0, at).replace(/^\[|\]$/g, ""),
+        Number(m.slice(at + 1)),
+        () => this.#renderMetrics(),
+      );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
     this.#timer = setInterval(() => this.reconcileNow(), every);
@@ -112,7 +114,7 @@ export class Agent {
     await Deno.remove(this.socket).catch(() => {});
     const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
-    await this.#metricsServer?.shutdown();
+    await this.#metricsServer?.close();
     this.#warm.close();
   }
 
@@ -311,15 +313,10 @@ export class Agent {
     }
   }
 
-  async #serveMetrics(req: Request): Promise<Response> {
-    if (new URL(req.url).pathname !== "/metrics") {
-      return new Response("not found\n", { status: 404 });
-    }
+  async #renderMetrics(): Promise<string> {
     const size = await Deno.stat(`${this.#node.stateDir}/${FALLBACK_COUNTER}`)
       .then((s) => s.size, () => 0);
-    return new Response(this.metrics.render(size), {
-      headers: { "content-type": "text/plain; version=0.0.4" },
-    });
+    return this.metrics.render(size);
   }
 }
 

@@ -220,6 +220,46 @@ export function describeHolder(claim: IPClaim): string {
   ].join(" ");
 }
 
+/**
+ * How a create's answer differs from the claim posted (`body`, as
+ * {@link claimBody} builds it): its name, each `milo-ipam.io/` annotation (a
+ * value changed, missing or added: the holder recorded), its class and its
+ * family, each with what was posted. Empty when the answer is the claim posted.
+ */
+export function answerDiffers(body: Record<string, unknown>, answer: IPClaim): string[] {
+  const meta = body.metadata as { name: string; annotations?: Record<string, string> };
+  const spec = body.spec as { className?: string; ipFamily?: string };
+  const out: string[] = [];
+  const compare = (field: string, posted: string | undefined, got: string | undefined) => {
+    if (posted !== got) out.push(`${field} ${quoted(got)} (posted ${quoted(posted)})`);
+  };
+  compare("metadata.name", meta.name, answer.metadata.name);
+  const posted = meta.annotations ?? {};
+  const got = answer.metadata.annotations ?? {};
+  const keys = new Set([...Object.keys(posted), ...Object.keys(got)]);
+  for (const k of [...keys].filter((k) => k.startsWith(PREFIX)).sort()) {
+    compare(`annotation ${k}`, posted[k], got[k]);
+  }
+  compare("spec.className", spec.className, answer.spec.className);
+  compare("spec.ipFamily", spec.ipFamily, answer.spec.ipFamily);
+  return out;
+}
+
+const quoted = (v: string | undefined) => v === undefined ? "(none)" : JSON.stringify(clip(v, 80));
+
+/**
+ * True when a claim records another attachment (cluster, container,
+ * interface) or another host than `a`'s, in a value it carries (a missing one
+ * records nothing): it may be another holder's.
+ */
+export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
+  const h = holderOf(claim);
+  const other = (have: string | undefined, want: string | undefined) =>
+    have !== undefined && have !== want;
+  return other(h.cluster, a.cluster) || other(h.containerId, a.containerId) ||
+    other(h.ifname, a.ifname) || other(h.host, a.host);
+}
+
 /** True when a claim was made by this exact cluster/container/interface. */
 export function isHeldBy(claim: IPClaim, a: Attachment): boolean {
   const h = holderOf(claim);

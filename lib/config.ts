@@ -15,7 +15,7 @@ import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
 
 /** Default log file. */
-export const DEFAULT_LOG_FILE = "/var/log/milo-ipam.log";
+export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
 /** Default result cache directory of the container runtime (libcni's default cache dir). */
 export const DEFAULT_RESULTS_DIR = "/var/lib/cni/results";
 /** Default result cache directory of Multus's delegates (its `cniDir`, `/var/lib/cni/multus`). */

@@ -57,16 +57,41 @@ export function clip(text: string, max: number): string {
   return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 
+/** The credentials this process read, scrubbed by value from every text (the latest kept). */
+const secrets: string[] = [];
+/** How many credentials a process remembers (token rotations of a long-lived agent). */
+const MAX_SECRETS = 16;
+/** A value shorter than this is not scrubbed (it would cut words, and no token is that short). */
+const MIN_SECRET_CHARS = 4;
+
 /**
- * Removes anything shaped like a credential: a bearer value (to the next
- * quote, across line breaks, since a token file with two lines makes one
- * header value of both) and the value Deno quotes in a header error.
+ * Marks `value` (a token just read) as a secret: {@link redact} removes it
+ * from every text from now on, whatever surrounds it.
+ */
+export function scrubValue(value: string): void {
+  if (value.length < MIN_SECRET_CHARS || secrets.includes(value)) return;
+  secrets.push(value);
+  if (secrets.length > MAX_SECRETS) secrets.shift();
+}
+
+/**
+ * Removes every credential: each token this process read, by value, and
+ * anything shaped like one: a bearer value (to the next quote, across line
+ * breaks, since a token file with two lines makes one header value of both)
+ * and the value Deno quotes in a header error.
  */
 export function redact(text: string): string {
-  return text
+  let out = text;
+  for (const s of secrets) if (out.includes(s)) out = out.split(s).join("[redacted]");
+  return out
     .replace(/(invalid header value:?\s*)"[^"]*"?/gi, '$1"[redacted]"')
     // To the end of the line: a token may hold any visible character, quotes included.
     .replace(/\bbearer\b[^\n]*/gi, "Bearer [redacted]");
+}
+
+/** JSON text of `value` with every string in it {@link redact}ed (logs and reports). */
+export function redactedJson(value: unknown, indent?: number): string {
+  return JSON.stringify(value, (_k, v) => typeof v === "string" ? redact(v) : v, indent);
 }
 
 /**

@@ -5,7 +5,7 @@
  * `Retry-After`, and the classification of fetch failures.
  */
 import type { NodeConfig } from "./config.ts";
-import { clip, CniError, errorText, QUOTE_CHARS } from "./errors.ts";
+import { clip, CniError, errorText, QUOTE_CHARS, scrubValue } from "./errors.ts";
 import { PROXY_ENV_VARS } from "./permissions.ts";
 
 /** A token: one line of visible ASCII without inner whitespace. */
@@ -14,7 +14,9 @@ const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
 /** The token in a file's text (one trailing newline allowed), or undefined when it is not one. */
 export function tokenOf(text: string): string | undefined {
   const t = text.replace(/\r?\n$/, "");
-  return TOKEN_SHAPE.test(t) ? t : undefined;
+  if (!TOKEN_SHAPE.test(t)) return undefined;
+  scrubValue(t);
+  return t;
 }
 
 /** Reads a file the config names; a sandbox refusal is code 106, anything else config (7). */

@@ -2,8 +2,11 @@
  * A read-only Kubernetes API client for `milo-ipam sweep`: list the pods of
  * all namespaces, list the nodes, get one pod. Plain `fetch`, TLS always
  * verified, every answer validated (only the fields the sweep reads), bounded
- * like the Milo client: a body cap, a page cap, request timeouts and a few
- * jittered retries for 429/5xx and connection errors.
+ * like the Milo client: a body cap, a page cap, a bound of each list across
+ * its pages ({@link POD_LIST_BOUND}, {@link NODE_LIST_BOUND}), request
+ * timeouts and a few jittered retries for 429/5xx and connection errors. Of
+ * each page only what the sweep reads is kept ({@link KubePod}, a node's
+ * name) before the next one is fetched.
  */
 import * as z from "zod/mini";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
@@ -18,11 +21,29 @@ import {
   readAnswer,
   retryAfterMs,
 } from "./http.ts";
+import { type ListBound, ListTally, utf8Length } from "./list_bound.ts";
 import { quotedText } from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
 export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
+
+/**
+ * What one pod list may add up to across its pages: 2 GiB of answers and
+ * 250,000 pods; more is a protocol error (a brake of the sweep) naming it. A
+ * pod is some 4 to 15 KB on the wire (spec, status, managedFields), so 2 GiB
+ * holds Kubernetes' largest supported cluster (150,000 pods) with room, and
+ * 250,000 is all the pages (1,000) of the default page size (250) hold. What
+ * the sweep keeps of a pod is a few short strings ({@link KubePod}, about 260
+ * bytes of heap), so the item bound is what bounds its memory (some 65 MB).
+ */
+export const POD_LIST_BOUND: ListBound = { bytes: 2 * 1024 ** 3, items: 250_000 };
+/**
+ * What the node list may add up to across its pages: 1 GiB and 25,000 nodes
+ * (a Node is some 5 to 50 KB on the wire, its status listing its images;
+ * Kubernetes supports 5,000 nodes per cluster). Only the names are kept.
+ */
+export const NODE_LIST_BOUND: ListBound = { bytes: 1024 ** 3, items: 25_000 };
 
 const str = z.string();
 const opt = z.optional(z.string());
@@ -87,6 +108,10 @@ export interface KubeOptions {
   maxPages?: number;
   /** Largest body read; default 32 MiB. */
   maxBodyBytes?: number;
+  /** Bound of the pod list across its pages; default {@link POD_LIST_BOUND}. */
+  podListBound?: ListBound;
+  /** Bound of the node list across its pages; default {@link NODE_LIST_BOUND}. */
+  nodeListBound?: ListBound;
 }
 
 const MAX_ATTEMPTS = 5;
@@ -116,6 +141,8 @@ export class KubeClient {
       pageLimit: 250,
       maxPages: 1_000,
       maxBodyBytes: 32 * 1024 * 1024,
+      podListBound: POD_LIST_BOUND,
+      nodeListBound: NODE_LIST_BOUND,
       ...o,
       server: o.server.replace(/\/+$/, ""),
     };
@@ -145,14 +172,16 @@ export class KubeClient {
     this.#o.client?.close();
   }
 
-  /** Every pod of every namespace, following `continue` pages. */
-  async listPods(): Promise<KubePod[]> {
-    return (await this.#list("pods", PodListSchema, "PodList")).map(podOf);
+  /** Every pod of every namespace, following `continue` pages (bounded: {@link POD_LIST_BOUND}). */
+  listPods(): Promise<KubePod[]> {
+    const bound = this.#o.podListBound;
+    return this.#list("pods", PodListSchema, "PodList", bound, "POD_LIST_BOUND", podOf);
   }
 
-  /** The names of every node, following `continue` pages. */
-  async listNodes(): Promise<string[]> {
-    return (await this.#list("nodes", NodeListSchema, "NodeList")).map((n) => n.metadata.name);
+  /** The names of every node, following `continue` pages (bounded: {@link NODE_LIST_BOUND}). */
+  listNodes(): Promise<string[]> {
+    const bound = this.#o.nodeListBound;
+    return this.#list("nodes", NodeListSchema, "NodeList", bound, "NODE_LIST_BOUND", nameOf);
   }
 
   /** The pod `namespace/name`, or null on the API server's own 404 NotFound for it. */
@@ -165,31 +194,54 @@ export class KubeClient {
       );
     }
     const path = `/api/v1/namespaces/${namespace}/pods/${name}`;
-    const body = await this.#get(path, Date.now() + this.#o.operationMs, name);
-    return body === null ? null : podOf(parseAs(PodSchema, body, "Pod"));
+    const got = await this.#get(path, Date.now() + this.#o.operationMs, name);
+    return got === null ? null : podOf(parseAs(PodSchema, got.body, "Pod"));
   }
 
-  async #list<I>(
+  /**
+   * A list over all its pages, bounded across them by `bound` (named
+   * `boundName` in errors); of each page only `keep` of each item is kept,
+   * before the next page is fetched.
+   */
+  async #list<I, T>(
     resource: string,
     schema: z.ZodMiniType<{ items: I[] | null; metadata?: { continue?: string } }>,
     kind: string,
-  ): Promise<I[]> {
-    const out: I[] = [];
+    bound: ListBound,
+    boundName: string,
+    keep: (item: I) => T,
+  ): Promise<T[]> {
+    const out: T[] = [];
+    const tally = new ListTally(`the Kubernetes ${kind}`, bound, {
+      bytes: `${boundName}.bytes`,
+      items: `${boundName}.items`,
+    });
     const deadline = Date.now() + this.#o.operationMs;
     let token: string | undefined;
     for (let page = 0; page < this.#o.maxPages; page++) {
       const q = `?limit=${this.#o.pageLimit}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
-      const list = parseAs(schema, await this.#get(`/api/v1/${resource}${q}`, deadline), kind);
-      out.push(...(list.items ?? []));
+      const got = (await this.#get(`/api/v1/${resource}${q}`, deadline))!;
+      tally.page(got.bytes);
+      const list = parseAs(schema, got.body, kind);
+      const items = list.items ?? [];
+      tally.items(items.length);
+      for (const item of items) out.push(keep(item));
       token = list.metadata?.continue || undefined;
       if (!token) return out;
     }
     throw new CniError("protocol", `the ${kind} did not end within ${this.#o.maxPages} pages`);
   }
 
-  /** One GET with retries; `notFound` names the object whose NotFound answers null. */
-  async #get(path: string, deadline: number, notFound?: string): Promise<unknown> {
+  /**
+   * One GET with retries: the 200's JSON body and its size in bytes;
+   * `notFound` names the object whose NotFound answers null.
+   */
+  async #get(
+    path: string,
+    deadline: number,
+    notFound?: string,
+  ): Promise<{ body: unknown; bytes: number } | null> {
     const o = this.#o;
     const what = `GET ${path.replace(/\?.*$/, "")}`;
     let last = "no attempt made";
@@ -210,7 +262,7 @@ export class KubeClient {
         });
         const text = await readAnswer(res, o.maxBodyBytes, what, "the Kubernetes API");
         const body = parseJson(text);
-        if (res.status === 200) return body;
+        if (res.status === 200) return { body, bytes: utf8Length(text) };
         const st = StatusSchema.safeParse(body).data;
         const isNotFound = st?.reason === "NotFound" && st.details?.name === notFound;
         if (res.status === 404 && notFound !== undefined && isNotFound) return null;
@@ -241,6 +293,10 @@ export class KubeClient {
     if (this.#o.token) h.set("authorization", `Bearer ${this.#o.token}`);
     return h;
   }
+}
+
+function nameOf(n: z.infer<typeof NodeSchema>): string {
+  return n.metadata.name;
 }
 
 function podOf(p: z.infer<typeof PodSchema>): KubePod {
@@ -297,9 +353,11 @@ function parseAs<T extends z.ZodMiniType>(schema: T, body: unknown, kind: string
 }
 
 function kubeStatusError(what: string, status: number, st: KubeStatus | undefined, text: string) {
-  const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}: ${
-    st?.message ?? clip(text, QUOTE_CHARS)
-  }`;
+  const reason = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}`;
+  // A refusal of the credentials is not quoted: a server may echo what it was sent.
+  const detail = status === 401 || status === 403
+    ? reason
+    : `${reason}: ${st?.message ?? clip(text, QUOTE_CHARS)}`;
   if (status === 401) {
     return new CniError("auth", "the Kubernetes API rejected the credentials (401)", detail);
   }

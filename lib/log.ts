@@ -1,4 +1,5 @@
-import { redact } from "./errors.ts";
+import { redactedJson } from "./errors.ts";
+import { appendOwned } from "./owned.ts";
 import { within } from "./timers.ts";
 
 /** Log levels in increasing severity; `off` disables logging. */
@@ -9,15 +10,6 @@ export type Level = typeof LEVELS[number];
 
 /** Longest time one log write may take (a slow disk, or a FIFO nobody reads). */
 export const LOG_WRITE_MS = 250;
-
-/**
- * Appends `bytes` to `path` (created with `mode`). `Deno.open` and `write`:
- * `Deno.writeTextFile` with `append` costs a process about 3 ms more CPU.
- */
-export async function append(path: string, bytes: Uint8Array, mode: number): Promise<void> {
-  using f = await Deno.open(path, { append: true, create: true, mode });
-  for (let at = 0; at < bytes.byteLength;) at += await f.write(bytes.subarray(at));
-}
 
 /** Appends JSON lines to the configured log file; never writes to stdout. */
 export class Logger {
@@ -46,9 +38,9 @@ export class Logger {
   ): Promise<void> {
     if (!this.#file || LEVELS.indexOf(level) < LEVELS.indexOf(this.#level)) return;
     const entry = { ts: new Date().toISOString(), level, ...record };
-    const line = JSON.stringify(entry, (_k, v) => typeof v === "string" ? redact(v) : v) + "\n";
+    const line = redactedJson(entry) + "\n";
     const file = this.#file;
-    const wrote = append(file, new TextEncoder().encode(line), 0o640)
+    const wrote = appendOwned(file, new TextEncoder().encode(line), 0o640)
       .then(() => undefined, (err) => err instanceof Error ? err.message : String(err));
     const failure = await within(wrote, timeoutMs, () => `timed out after ${timeoutMs} ms`);
     if (failure) console.error(`milo-ipam: cannot write log file ${file}: ${failure}`);

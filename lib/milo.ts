@@ -24,6 +24,7 @@ import {
   statusError,
   statusOf,
 } from "./milo_objects.ts";
+import { ListTally, utf8Length } from "./list_bound.ts";
 import { after } from "./timers.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
@@ -34,6 +35,25 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 /** Page size of LIST requests, and the most pages followed. */
 const PAGE_LIMIT = 500;
 const MAX_PAGES = 1_000;
+
+/**
+ * Most bytes one claim LIST may read across all its pages (64 MiB); more is a
+ * protocol error (105) naming this bound. A claim as milo-ipam writes it is
+ * 1.5 to 2 KB on the wire, so this holds some 35,000 to 45,000 claims: a
+ * node's lists (GC, reconcile: a few hundred claims at most) a hundred times
+ * over, and the sweep's list of a whole cluster of some 20,000 dual-stack pods.
+ * Only the fields read are kept of each page (lib/milo_objects.ts), about
+ * 1.3 KB of heap a claim: a list cut at this bound holds some 50 MB, and an
+ * exec'd GC peaks at about 125 MB resident (a node agent's limit is 256 MiB).
+ */
+export const MAX_LIST_BYTES = 64 * 1024 * 1024;
+/**
+ * Most claims one LIST may hold across all its pages (200,000); more is a
+ * protocol error (105) naming this bound. Real claims reach
+ * {@link MAX_LIST_BYTES} first; this bounds a list of tiny items, whose cost
+ * is their number.
+ */
+export const MAX_LIST_ITEMS = 200_000;
 
 /** One HTTP exchange as the client saw it, for metrics. */
 export interface RequestEvent {
@@ -70,7 +90,8 @@ const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
 const BACKOFF_CAP_MS = 1_000;
 
-type Answer = { status: number; body: unknown; date: number };
+/** An accepted answer: its status, its JSON body, its `Date` and its body's size in bytes. */
+type Answer = { status: number; body: unknown; date: number; bytes: number };
 
 /** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
 export interface ClaimList {
@@ -165,7 +186,17 @@ export class MiloClient {
   /** GETs a claim, or `null` when Milo has none of that name. */
   async getClaim(name: string): Promise<IPClaim | null> {
     const a = await this.#call("GET", this.#claimsPath(name), undefined, [200, 404], name);
-    return a.status === 404 ? null : parse(IPClaimSchema, a.body, "IPClaim");
+    if (a.status === 404) return null;
+    const claim = parse(IPClaimSchema, a.body, "IPClaim");
+    if (claim.metadata.name !== name) {
+      // Every decision on a claim (adopt, release by uid, keep) is about the one asked for.
+      throw new CniError(
+        "protocol",
+        `GET of claim ${name} answered another claim`,
+        `metadata.name=${JSON.stringify(clip(claim.metadata.name, 80))}`,
+      );
+    }
+    return claim;
   }
 
   /** DELETEs a claim: `released` on 200/202, `absent` on 404. */
@@ -200,17 +231,28 @@ export class MiloClient {
     return (await this.listClaimsAt(labelSelector)).items;
   }
 
-  /** {@link listClaims}, with Milo's clock at its first page. */
+  /**
+   * {@link listClaims}, with Milo's clock at its first page. The list is
+   * bounded across its pages ({@link MAX_LIST_BYTES}, {@link MAX_LIST_ITEMS}),
+   * and each page is cut to the fields kept before the next one is fetched.
+   */
   async listClaimsAt(labelSelector: string): Promise<ClaimList> {
     const out: ClaimList = { items: [], serverTime: NaN };
+    const tally = new ListTally(
+      "Milo's IPClaimList",
+      { bytes: MAX_LIST_BYTES, items: MAX_LIST_ITEMS },
+      { bytes: "MAX_LIST_BYTES", items: "MAX_LIST_ITEMS" },
+    );
     let token: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
       const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200]);
+      tally.page(a.bytes);
       const list = parse(IPClaimListSchema, a.body, "IPClaimList");
+      tally.items(list.items.length);
       if (page === 0) out.serverTime = a.date;
-      out.items.push(...list.items);
+      for (const c of list.items) out.items.push(c);
       token = list.metadata?.continue;
       if (!token) return out;
     }
@@ -288,6 +330,7 @@ export class MiloClient {
             status: res.status,
             body: json,
             date: Date.parse(res.headers.get("date") ?? ""),
+            bytes: utf8Length(text),
           };
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);

@@ -5,6 +5,7 @@
  * protocol error for a malformed one, a CniError for a Status.
  */
 import * as z from "zod/mini";
+import { PREFIX } from "./claims.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 
 /**
@@ -14,27 +15,51 @@ import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "
  */
 export const quotedText = z.pipe(z.string(), z.transform((s: string) => clip(s, QUOTE_CHARS)));
 
-const stringMap = z.optional(z.record(z.string(), z.string()));
+/**
+ * Labels or annotations (every value a string, as Kubernetes' metadata maps
+ * are) as kept: only the `milo-ipam.io/` keys, the only ones read; the others
+ * (Milo's, a controller's) are dropped once checked.
+ */
+const ownMap = z.optional(
+  z.pipe(
+    z.record(z.string(), z.string()),
+    z.transform((m: Record<string, string>) => {
+      const own: Record<string, string> = {};
+      for (const [k, v] of Object.entries(m)) if (k.startsWith(PREFIX)) own[k] = v;
+      return own;
+    }),
+  ),
+);
 
-/** An IPClaim as Milo answers it (only the fields milo-ipam reads are checked). */
-export const IPClaimSchema = z.looseObject({
-  metadata: z.looseObject({
+/**
+ * An IPClaim as milo-ipam keeps it: only the fields it reads (metadata name,
+ * uid, creationTimestamp and the `milo-ipam.io/` labels and annotations;
+ * spec className, ipFamily and scope; status phase, address, allocatedCIDR
+ * and poolRef name) are checked and kept, everything else Milo sends is
+ * dropped as it is parsed, so a list of claims holds no more than that.
+ */
+export const IPClaimSchema = z.object({
+  metadata: z.object({
     name: z.string(),
     uid: z.optional(z.string()),
-    labels: stringMap,
-    annotations: stringMap,
+    labels: ownMap,
+    annotations: ownMap,
     creationTimestamp: z.optional(z.string()),
   }),
   spec: z._default(
-    z.looseObject({ className: z.optional(z.string()), ipFamily: z.optional(z.string()) }),
+    z.object({
+      className: z.optional(z.string()),
+      ipFamily: z.optional(z.string()),
+      scope: z.optional(z.unknown()),
+    }),
     {},
   ),
   status: z._default(
-    z.looseObject({
+    z.object({
       phase: z.optional(z.string()),
       address: z.optional(z.string()),
       allocatedCIDR: z.optional(z.string()),
-      poolRef: z.optional(z.looseObject({ name: z.string() })),
+      poolRef: z.optional(z.object({ name: z.string() })),
     }),
     {},
   ),
@@ -43,10 +68,10 @@ export const IPClaimSchema = z.looseObject({
 /** A validated IPClaim. */
 export type IPClaim = z.infer<typeof IPClaimSchema>;
 
-/** An IPClaimList page. */
-export const IPClaimListSchema = z.looseObject({
+/** An IPClaimList page: its claims as {@link IPClaimSchema} keeps them, and its `continue`. */
+export const IPClaimListSchema = z.object({
   items: z.array(IPClaimSchema),
-  metadata: z.optional(z.looseObject({ continue: z.optional(z.string()) })),
+  metadata: z.optional(z.object({ continue: z.optional(z.string()) })),
 });
 /** An IPClassList. */
 export const IPClassListSchema = z.looseObject({
@@ -105,7 +130,9 @@ export function statusError(
   text = "",
 ): CniError {
   const outcome: Outcome = outcomeOfHttpStatus(status);
-  const said = st?.message ?? (text ? clip(text, QUOTE_CHARS) : "");
+  // A refusal of the credentials is not quoted: a server may echo what it was sent.
+  const quoted = status !== 401 && status !== 403;
+  const said = quoted ? st?.message ?? (text ? clip(text, QUOTE_CHARS) : "") : "";
   const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}${
     said ? `: ${said}` : ""
   }`;

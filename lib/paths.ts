@@ -36,7 +36,11 @@ export interface InstallSettings {
   nodeConfigNetDir?: string;
   /** `host:port` grants (agent metrics, the sweep's Kubernetes API) the CNI path revokes. */
   nonCniNet?: string[];
-  /** Directories the agent reads and writes (the socket's) that the CNI path revokes. */
+  /**
+   * Directories the agent writes (the socket's) that the CNI path may not: it revokes writing
+   * there (reading stays: the plugin checks the socket's directory before it trusts the socket,
+   * and a revoked read would take a granted parent, such as the log's directory, with it).
+   */
   nonCniDirs?: string[];
 }
 

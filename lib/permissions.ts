@@ -64,7 +64,7 @@ export function permissionFlags(g: Grants): string[] {
   const flags = [
     "--no-prompt",
     `--allow-env=${[...ENV_VARS, ...PROXY_ENV_VARS].join(",")}`,
-    "--allow-sys=hostname",
+    "--allow-sys=hostname,uid",
   ];
   if (g.net.length) flags.push(`--allow-net=${list(g.net)}`);
   if (g.read.length) flags.push(`--allow-read=${list(g.read)}`);

@@ -19,7 +19,7 @@
  */
 import { holderOf, nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
-import { CniError, errorText, toCniError } from "./errors.ts";
+import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
 import { Journal, type JournalClaim, type JournalEntry, writeAtomic } from "./journal.ts";
@@ -368,7 +368,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
       dryRun: values["dry-run"],
       force: values.force,
     });
-    console.log(JSON.stringify(report, null, 2));
+    console.log(redactedJson(report, 2));
     return exitOf(report);
   } finally {
     milo.close();

@@ -6,7 +6,8 @@ import { encodeError, LATEST_VERSION } from "./cni.ts";
 import { readNodeConfig } from "./config_file.ts";
 import { CniError } from "./errors.ts";
 import { invoke, type Reply } from "./invoke.ts";
-import { append, Logger } from "./log.ts";
+import { Logger } from "./log.ts";
+import { appendOwned } from "./owned.ts";
 import { MiloClient } from "./milo.ts";
 import { type Timer, timer, WATCHDOG_GRACE_MS } from "./timers.ts";
 
@@ -87,7 +88,8 @@ async function writeLog(reply: Reply, fallback?: Fallback): Promise<void> {
 
 /** Counts a fallback for the agent's metrics: one byte appended to the counter file. */
 async function countFallback(stateDir: string): Promise<void> {
-  await append(`${stateDir}/${FALLBACK_COUNTER}`, new Uint8Array([0x2e]), 0o644).catch(() => {});
+  await appendOwned(`${stateDir}/${FALLBACK_COUNTER}`, new Uint8Array([0x2e]), 0o644)
+    .catch(() => {});
 }
 
 /**

@@ -6,7 +6,7 @@
 import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
-import { CniError, errorText, toCniError } from "./errors.ts";
+import { CniError, errorText, redact, redactedJson, toCniError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";
@@ -172,7 +172,7 @@ export async function sweepCli(args: string[], io: Partial<SweepIo> = {}): Promi
     clients?.milo.close();
     clients?.kube.close();
   }
-  x.write(json ? JSON.stringify(report, null, 2) + "\n" : renderText(report));
+  x.write(json ? redactedJson(report, 2) + "\n" : redact(renderText(report)));
   return report.exitCode;
 }
 

@@ -13,6 +13,7 @@ import {
   writeJson,
   writeRequest,
 } from "./frames.ts";
+import { untrustedSocket } from "./owned.ts";
 import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
 import { WATCHDOG_GRACE_MS, within } from "./timers.ts";
@@ -97,6 +98,8 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     counted: h.expected,
     https: h.https,
   });
+  const distrust = untrustedSocket(h.socket);
+  if (distrust) return fallback(`agent socket ${h.socket} is not trusted: ${distrust}`);
   let conn: Deno.UnixConn;
   try {
     // A unix socket connects or fails at once (absent, refused, or EAGAIN on a full

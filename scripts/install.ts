@@ -23,6 +23,7 @@
 import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
 import { INSTALL_GLOBAL, type InstallSettings } from "../lib/paths.ts";
+import { requirePrivateDirs } from "../lib/owned.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { commit, writeAtomic } from "./atomic.ts";
 import { compile, launcherScript, placeBundle } from "./build.ts";
@@ -48,6 +49,20 @@ export interface InstallOptions extends SandboxOptions {
 /** Why `deno compile` failed in this process (it fails the same way until denort can be fetched). */
 let compileUnavailable: string | undefined;
 
+/** The forms quiet installs of this process have reported (see {@link announce}). */
+const announced = new Set<string>();
+
+/**
+ * Says on stderr which form a quiet install wrote, once per form in this
+ * process, so a test run's output shows whether it ran compiled binaries or
+ * launchers (an install that is not quiet says so on every install).
+ */
+function announce(o: InstallOptions, form: string): void {
+  if (!o.quiet || announced.has(form)) return;
+  announced.add(form);
+  console.error(`milo-ipam install: ${form}`);
+}
+
 /** Installs the plugin into `o.dir`. */
 export async function install(o: InstallOptions): Promise<Installed> {
   if (Deno.version.deno !== DENO_VERSION) {
@@ -56,7 +71,8 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const dir = resolve(o.dir);
   const support = supportDir(dir);
   await Deno.mkdir(support, { recursive: true, mode: 0o755 });
-  const { choice, grants, nonCniNet, nonCniDirs } = await planSandbox(o);
+  const { node, choice, grants, nonCniNet, nonCniDirs } = await planSandbox(o);
+  requirePrivateDirs(node);
   const { warnings } = choice;
   for (const w of warnings) o.quiet || console.error(`warning: ${w}`);
   const flags = permissionFlags(grants);
@@ -75,6 +91,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
     if (compiled.ok) {
       await commit(tmp, target, 0o755);
       say(`installed compiled binary ${target}`);
+      announce(o, "compiled binaries (deno compile)");
       return { path: target, kind: "compiled", flags, warnings };
     }
     await Deno.remove(tmp).catch(() => {});
@@ -86,6 +103,12 @@ export async function install(o: InstallOptions): Promise<Installed> {
   await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
   await writeAtomic(target, launcherScript(deno, bundle, flags), 0o755);
   say(`installed launcher ${target} (Deno ${Deno.version.deno})`);
+  announce(
+    o,
+    `launchers with the same flags (${
+      mode === "launcher" ? "--mode launcher" : `deno compile unavailable: ${compileUnavailable}`
+    })`,
+  );
   return { path: target, kind: "launcher", flags, warnings };
 }
 

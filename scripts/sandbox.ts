@@ -142,7 +142,15 @@ export async function planSandbox(o: SandboxOptions): Promise<{
   // The bundle's chunks load on demand (RUNTIME_FLAGS), under the read grant.
   const code = supportDir(o.dir);
   // Everything the plugin reads but the socket and its directory.
-  const reads = [code, ...configs, ...secrets, ...node.resultsDirs, node.hostIdFile, node.stateDir];
+  const reads = [
+    code,
+    ...configs,
+    ...secrets,
+    ...node.resultsDirs,
+    node.hostIdFile,
+    node.stateDir,
+    dirname(node.log.file),
+  ];
   const g: Grants = {
     net: [
       netGrant(m.url),

@@ -13,7 +13,7 @@ import {
   withVerb,
 } from "../testing/stub_invocation.ts";
 import { fixture, reply, statusReply } from "../testing/milo_fixtures.ts";
-import { type Json, refused, STUB_TOKEN, StubMilo } from "../testing/stub_milo.ts";
+import { type Json, refused, STUB_TOKEN, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const V6 = { classes: { ipv6: "vpc-pods-ipv6" } };
@@ -476,5 +476,165 @@ Deno.test("two ADDs of one attachment: the second waits for the first's rollback
       returned.map(canon).sort(),
       "the lease the second ADD returned is still Milo's",
     );
+  });
+});
+
+// Issue 21, item 4: a 201 is the claim posted, or the ADD fails with 105. What
+// is released follows what the answer may be (lib/add.ts, mustBePosted).
+
+/** Makes the next POST store and answer the claim `mangle` makes of the one posted. */
+function answerMangled(stub: StubMilo, mangle: (c: WireClaim) => WireClaim): void {
+  stub.inject({
+    method: "POST",
+    answer: (req, s) => {
+      const made = s.materialize(req.body as Json);
+      return reply(201, s.put(mangle(structuredClone(made))));
+    },
+  });
+}
+
+const withAnnotations = (over: Record<string, string | undefined>) => (c: WireClaim) => {
+  const ann: Record<string, string> = { ...c.metadata.annotations };
+  for (const [k, v] of Object.entries(over)) {
+    if (v === undefined) delete ann[k];
+    else ann[k] = v;
+  }
+  return { ...c, metadata: { ...c.metadata, annotations: ann } };
+};
+
+Deno.test("ADD: a 201 of this name and attachment but not as posted is 105, released by its uid", async (t) => {
+  const cases: [string, (c: WireClaim) => WireClaim, RegExp][] = [
+    ["another node", withAnnotations({ [KEYS.node]: "node-2" }), /milo-ipam\.io\/node "node-2"/],
+    [
+      "another pod",
+      withAnnotations({ [KEYS.podUid]: "uid-web-9", [KEYS.pod]: "shop/web-9" }),
+      /pod-uid "uid-web-9" \(posted "uid-web-0"\)/,
+    ],
+    [
+      "another network",
+      withAnnotations({ [KEYS.network]: "other-net" }),
+      /milo-ipam\.io\/network "other-net"/,
+    ],
+    [
+      "a holder annotation missing",
+      withAnnotations({ [KEYS.podUid]: undefined }),
+      /pod-uid \(none\) \(posted "uid-web-0"\)/,
+    ],
+    [
+      "every annotation missing",
+      (c) => ({ ...c, metadata: { ...c.metadata, annotations: {} } }),
+      /container-id \(none\)/,
+    ],
+    [
+      "an annotation added",
+      withAnnotations({ [`${KEYS.cluster}-alias`]: "x" }),
+      /cluster-alias "x" \(posted \(none\)\)/,
+    ],
+    [
+      "another class",
+      (c) => ({ ...c, spec: { ...c.spec, className: "vpc-pods-ipv4-other" } }),
+      /spec\.className "vpc-pods-ipv4-other" \(posted "vpc-pods-ipv4"\)/,
+    ],
+    [
+      "another family",
+      (c) => ({ ...c, spec: { ...c.spec, ipFamily: "IPv6" } }),
+      /spec\.ipFamily "IPv6" \(posted "IPv4"\)/,
+    ],
+  ];
+  for (const [name, mangle, says] of cases) {
+    await t.step(name, async () => {
+      await withStub(async (stub, inv) => {
+        answerMangled(stub, mangle);
+        const e = await rejectsWith(
+          add(inv({ ipam: V4 })),
+          105,
+          new RegExp(`create of IPv4 claim ${NAME_V4} is not the claim posted`),
+        );
+        assert.match(e.details, says);
+        assert.match(e.details, new RegExp(`rollback: IPv4 claim ${NAME_V4} released`));
+        const [del] = stub.seen("DELETE");
+        assert.ok(del, "the claim just made is released");
+        assert.equal(del.path, `${CLAIMS_PATH}/${NAME_V4}`);
+        assert.match((del.body as { preconditions: { uid: string } }).preconditions.uid, /-/);
+        assert.equal(stub.all().length, 0);
+      });
+    });
+  }
+  await t.step("the claim of a reused container ID made again, not as posted", async () => {
+    await withStub(async (stub, inv) => {
+      const i = inv({ ipam: V4 });
+      const old = existingClaim(stub, i, "ipv4");
+      const ann = { ...old.metadata.annotations, [KEYS.podUid]: "uid-of-the-old-pod" };
+      stub.put({ ...old, metadata: { ...old.metadata, annotations: ann } });
+      let posts = 0;
+      stub.inject({
+        method: "POST",
+        times: 2,
+        answer: (req, s) => {
+          if (posts++ === 0) return undefined; // the first: 409, the old pod's claim
+          const made = structuredClone(s.materialize(req.body as Json));
+          return reply(201, s.put(withAnnotations({ [KEYS.node]: "node-2" })(made)));
+        },
+      });
+      const e = await rejectsWith(add(i), 105, /is not the claim posted/);
+      assert.match(e.details, /rollback: IPv4 claim .* released/);
+      assert.equal(stub.seen("DELETE").length, 2, "the old claim, then the one made again");
+      assert.equal(stub.all().length, 0);
+    });
+  });
+});
+
+Deno.test("ADD: a 201 of this name recording another attachment or host is 105 and left alone", async (t) => {
+  const cases: [string, Record<string, string>][] = [
+    ["another container", { [KEYS.containerId]: "another-container" }],
+    ["another interface", { [KEYS.ifname]: "net1" }],
+    ["another cluster", { [KEYS.cluster]: "cluster-b" }],
+    ["another host", { [KEYS.host]: "0123456789abcdef0123456789abcdef" }],
+  ];
+  for (const [name, over] of cases) {
+    await t.step(name, async () => {
+      await withStub(async (stub, inv) => {
+        answerMangled(stub, withAnnotations(over));
+        const e = await rejectsWith(add(inv({ ipam: V4 })), 105, /is not the claim posted/);
+        assert.match(e.details, /records another holder .*: left alone/);
+        assert.equal(stub.seen("DELETE").length, 0, "never released by this ADD");
+        assert.ok(stub.get(NAME_V4));
+      });
+    });
+  }
+});
+
+Deno.test("ADD: a 201 naming another claim is 105; that claim is never deleted, the other family is rolled back", async () => {
+  await withStub(async (stub, inv) => {
+    const i = inv();
+    // Another attachment's claim, which Milo answers in place of the IPv4 claim posted.
+    const theirs = existingClaim(stub, inv({ containerId: "c0ffee", ipam: V4 }), "ipv4");
+    stub.inject({
+      method: "POST",
+      answer: (req, s) => {
+        if ((req.body as { spec: Json }).spec.ipFamily !== "IPv4") return undefined;
+        s.materialize(req.body as Json); // the claim posted is made, unsaid
+        return reply(201, theirs);
+      },
+      times: 2,
+    });
+    const e = await rejectsWith(
+      add(i),
+      105,
+      new RegExp(
+        `answered the create of IPv4 claim ${NAME_V4} with another claim, "${theirs.metadata.name}"`,
+      ),
+    );
+    assert.match(e.details, new RegExp(`metadata\\.name "${theirs.metadata.name}"`));
+    assert.match(e.details, new RegExp(`${NAME_V4} may exist .*DEL deletes it by name`));
+    assert.match(e.details, new RegExp(`rollback: IPv6 claim ${NAME_V6} released`));
+    assert.deepEqual(
+      stub.seen("DELETE").map((r) => r.path),
+      [`${CLAIMS_PATH}/${NAME_V6}`],
+      "only this attachment's IPv6 claim, by its uid",
+    );
+    assert.equal(stub.get(theirs.metadata.name)?.metadata.uid, theirs.metadata.uid);
+    assert.ok(stub.get(NAME_V4), "the claim posted is left for the DEL");
+    assert.ok(!JSON.stringify(e).includes("10.40.0."), "no address of the answer is returned");
   });
 });

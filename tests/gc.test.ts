@@ -231,3 +231,40 @@ Deno.test("GC accepts the older cni.dev/attachments name", async () => {
     assert.deepEqual(r.claims.sort(), names([...w.gone, ...w.otherIf]));
   });
 });
+
+Deno.test("GC: a LIST of ~1 MB pages that keeps going is cut at 64 MiB (105 naming MAX_LIST_BYTES), nothing released", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    // Pages of this node's stale claims as Milo would answer them, ~1 MB each with their
+    // managedFields; after 80 pages the list would end.
+    const padded = w.gone.map((c) => ({
+      ...c,
+      metadata: { ...c.metadata, managedFields: [{ manager: "milo", f: "m".repeat(3800) }] },
+    }));
+    const items = Array.from({ length: 180 }, (_, i) => padded[i % padded.length]);
+    let pages = 0;
+    stub.inject({
+      method: "GET",
+      path: "/ipclaims",
+      times: Number.POSITIVE_INFINITY,
+      answer: (_req, s) => {
+        const more = ++pages < 80;
+        const body = {
+          kind: "IPClaimList",
+          metadata: more ? { continue: `p${pages}` } : {},
+          items,
+        };
+        return reply(200, body, { date: new Date(s.now()).toUTCString() });
+      },
+    });
+    const e = await rejectsWith(
+      gc(gcInv(stub, dir, VALID)),
+      105,
+      /IPClaimList exceeds its list bound: more than 64 MiB across its pages \(MAX_LIST_BYTES\)/,
+    );
+    assert.ok(pages < 80, `cut after ${pages} pages`);
+    assert.match(e.details, new RegExp(`cut after ${pages} page`));
+    assert.equal(stub.seen("DELETE").length, 0);
+  });
+});

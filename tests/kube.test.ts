@@ -469,3 +469,80 @@ async function waitForPort(port: number): Promise<void> {
     });
   }
 }
+
+// Issue 21, item 3: the pod and node lists are bounded across their pages.
+
+Deno.test("the pod and node lists are bounded in bytes and items across their pages", async (t) => {
+  const world = () => {
+    const api = new KubeDevApi({ maxPage: 2 });
+    for (let i = 0; i < 10; i++) api.store.addPod({ namespace: "shop", name: `web-${i}` });
+    for (let i = 0; i < 10; i++) api.store.addNode(`n${i}`);
+    return api;
+  };
+  const big = { bytes: 1024 ** 3, items: 1_000_000 };
+  const cases = [
+    {
+      what: "pods, bytes",
+      o: { podListBound: { ...big, bytes: 6_000 } },
+      list: (k: KubeClient) => k.listPods(),
+      says: /PodList exceeds its list bound: more than 6000 bytes .*\(POD_LIST_BOUND\.bytes\)/,
+    },
+    {
+      what: "pods, items",
+      o: { podListBound: { ...big, items: 5 } },
+      list: (k: KubeClient) => k.listPods(),
+      says: /PodList exceeds its list bound: more than 5 items .*\(POD_LIST_BOUND\.items\)/,
+    },
+    {
+      what: "nodes, bytes",
+      o: { nodeListBound: { ...big, bytes: 10_000 } },
+      list: (k: KubeClient) => k.listNodes(),
+      says: /NodeList exceeds its list bound: more than 10000 bytes .*\(NODE_LIST_BOUND\.bytes\)/,
+    },
+    {
+      what: "nodes, items",
+      o: { nodeListBound: { ...big, items: 5 } },
+      list: (k: KubeClient) => k.listNodes(),
+      says: /NodeList exceeds its list bound: more than 5 items .*\(NODE_LIST_BOUND\.items\)/,
+    },
+  ];
+  for (const c of cases) {
+    await t.step(c.what, async () => {
+      const api = world();
+      const err = await rejectsWith(c.list(client(api, c.o)), "protocol", c.says);
+      assert.equal(err.code, 105);
+      const sent = api.log.length;
+      assert.ok(sent < 5, `cut before the list's end (5 pages): ${sent}`);
+      assert.match(err.details, new RegExp(`cut after ${sent} page\\(s\\)`));
+    });
+  }
+});
+
+Deno.test("the default list bounds: 250,000 pods and 25,000 nodes", async () => {
+  const pages = (item: (i: number) => unknown, perPage: number, last: number) => {
+    let n = 0;
+    return new KubeClient({
+      server: "https://kube.test",
+      sleep: noSleep,
+      fetch: () => {
+        const more = ++n < last;
+        const items = Array.from({ length: perPage }, (_, i) => item(n * perPage + i));
+        return Promise.resolve(
+          Response.json({ items, metadata: more ? { continue: String(n) } : {} }),
+        );
+      },
+    });
+  };
+  const pod = (i: number) => ({ metadata: { name: `p${i}`, namespace: "n", uid: `u${i}` } });
+  await rejectsWith(
+    pages(pod, 50_000, 8).listPods(),
+    "protocol",
+    /more than 250,000 items across its pages \(POD_LIST_BOUND\.items\)/,
+  );
+  const node = (i: number) => ({ metadata: { name: `n${i}` } });
+  await rejectsWith(
+    pages(node, 5_000, 8).listNodes(),
+    "protocol",
+    /more than 25,000 items across its pages \(NODE_LIST_BOUND\.items\)/,
+  );
+});

@@ -340,10 +340,11 @@ Deno.test("a caller that is gone: no request after the abort; the one in flight 
   const inFlight = scripted([{ status: 200, body: fixture("ipclaim-bound-ipv4.json") }], {
     signal: later.signal,
   });
-  const answer = inFlight.client.getClaim("ipclaim-sample");
+  const name = "pod-3f9a1c2b7d4e5f60a1b2-v4"; // the fixture's
+  const answer = inFlight.client.getClaim(name);
   later.abort(); // the caller goes while the request is in flight: its answer still counts
   assert.equal((await answer)?.status.phase, "Bound");
-  await assert.rejects(inFlight.client.getClaim("ipclaim-sample"), /caller is gone/);
+  await assert.rejects(inFlight.client.getClaim(name), /caller is gone/);
   const undo = inFlight.client.unabortable();
   await assert.rejects(undo.getClaim("x"), (e) => e instanceof CniError && !/gone/.test(e.message));
 });
@@ -446,7 +447,9 @@ Deno.test("redact: a bearer value never reaches an error's JSON nor a log line",
     await rejects(scripted([said]).client.createClaim({})),
     new CniError("internal", "Bearer abc.def-123", "authorization: bearer s3cr3t-token\nmore"),
   ];
-  const file = await Deno.makeTempFile({ prefix: "milo-ipam-redact-", suffix: ".log" });
+  // The logger writes only in a private directory (not /tmp itself).
+  const dir = await Deno.makeTempDir({ prefix: "milo-ipam-redact-" });
+  const file = `${dir}/milo-ipam.log`;
   try {
     const log = new Logger(file, "debug");
     for (const e of errors) {
@@ -465,6 +468,119 @@ Deno.test("redact: a bearer value never reaches an error's JSON nor a log line",
       for (const s of leaks) assert.ok(!line.includes(s), `${s} in ${line}`);
     }
   } finally {
-    await Deno.remove(file);
+    await Deno.remove(dir, { recursive: true });
   }
+});
+
+// Issue 21, item 3: a claim LIST is bounded across its pages, and each page is
+// cut to the fields read before the next is fetched. The bounds are written
+// out here (64 MiB, 200,000 items: lib/milo.ts MAX_LIST_BYTES, MAX_LIST_ITEMS).
+
+/** A client whose every request is answered 200 with `body` of its number (from 1). */
+function pagesOf(body: (page: number) => string) {
+  let sent = 0;
+  const client = new MiloClient({
+    baseUrl: "https://milo.test",
+    namespace: "default",
+    token: TOKEN,
+    requestMs: 1000,
+    deadline: Date.now() + 60_000,
+    fetch: () => {
+      sent++;
+      return Promise.resolve(new Response(body(sent), { status: 200 }));
+    },
+    sleep: () => Promise.resolve(),
+  });
+  return { client, sent: () => sent };
+}
+
+/** An IPClaimList page of `n` claims as Milo answers them, `pad` bytes of managedFields each. */
+function claimPage(n: number, pad: number, more: boolean, page: number): string {
+  const claim = fixture("ipclaim-bound-ipv4.json") as { metadata: Record<string, unknown> };
+  const items = Array.from({ length: n }, (_, i) => ({
+    ...claim,
+    metadata: {
+      ...claim.metadata,
+      name: `pod-${page}-${i}`,
+      managedFields: [{ manager: "milo", fieldsV1: { f: "m".repeat(pad) } }],
+    },
+  }));
+  return JSON.stringify({
+    kind: "IPClaimList",
+    metadata: more ? { continue: `t${page}` } : {},
+    items,
+  });
+}
+
+Deno.test("a claim LIST over 64 MiB across its pages ends in 105 naming MAX_LIST_BYTES", async () => {
+  const pages = 80; // 80 pages of ~1 MB: over the bound, and an end for a list without one
+  const body = claimPage(500, 850, true, 0);
+  assert.ok(body.length > 900_000 && body.length < 1024 * 1024, `${body.length}`);
+  const last = claimPage(1, 0, false, 0);
+  const { client, sent } = pagesOf((n) => n < pages ? body : last);
+  const err = await rejects(client.listClaims("a=b"));
+  assert.equal(err.code, 105);
+  assert.match(
+    err.message,
+    /IPClaimList exceeds its list bound: more than 64 MiB .*MAX_LIST_BYTES/,
+  );
+  assert.equal(sent(), Math.floor(64 * 1024 * 1024 / body.length) + 1, "cut at the bound");
+  assert.match(err.details, new RegExp(`cut after ${sent()} page\\(s\\)`));
+});
+
+Deno.test("a claim LIST over 200,000 items across its pages ends in 105 naming MAX_LIST_ITEMS", async () => {
+  const tiny = (n: number, more: boolean) =>
+    JSON.stringify({
+      kind: "IPClaimList",
+      metadata: more ? { continue: "next" } : {},
+      items: Array.from({ length: n }, () => ({ metadata: { name: "c" } })),
+    });
+  const page = tiny(10_000, true);
+  const { client, sent } = pagesOf((n) => n < 25 ? page : tiny(1, false));
+  const err = await rejects(client.listClaims("a=b"));
+  assert.equal(err.code, 105);
+  assert.match(err.message, /more than 200,000 items across its pages \(MAX_LIST_ITEMS\)/);
+  assert.equal(sent(), 21, "cut at the page that passes it");
+});
+
+Deno.test("a claim LIST keeps only the fields read of each claim", async () => {
+  const claim = fixture("ipclaim-bound-ipv4.json") as Record<string, Record<string, unknown>>;
+  const ours = { "milo-ipam.io/cluster": "cluster-a", "milo-ipam.io/pod": "shop/web-0" };
+  const wire = {
+    ...claim,
+    metadata: {
+      ...claim.metadata,
+      labels: { ...ours, "app.kubernetes.io/name": "x" },
+      annotations: { ...ours, "kubectl.kubernetes.io/last-applied-configuration": "{...}" },
+      managedFields: [{ manager: "milo" }],
+    },
+    spec: { ...claim.spec, extra: { big: "x".repeat(1000) } },
+    status: { ...claim.status, conditions: [{ type: "Ready" }] },
+  };
+  const page = JSON.stringify({ kind: "IPClaimList", items: [wire] });
+  const { client } = pagesOf(() => page);
+  const [kept] = await client.listClaims("a=b");
+  assert.deepEqual(kept, {
+    metadata: {
+      name: "pod-3f9a1c2b7d4e5f60a1b2-v4",
+      uid: "5c2d8e3a-9f41-4b6c-8d7e-1a2b3c4d5e6f",
+      creationTimestamp: "2026-12-01T10:15:02Z",
+      labels: ours,
+      annotations: ours,
+    },
+    spec: { className: "vpc-pods-ipv4", ipFamily: "IPv4", scope: claim.spec.scope },
+    status: {
+      phase: "Bound",
+      allocatedCIDR: "10.40.0.7/32",
+      address: "10.40.0.7",
+      poolRef: { name: "vpc-7b3e-pods-v4" },
+    },
+  });
+});
+
+Deno.test("GET of a claim must answer that claim: another name is 105", async () => {
+  const other = fixture("ipclaim-bound-ipv4.json");
+  const err = await rejects(scripted([{ status: 200, body: other }]).client.getClaim("mine"));
+  assert.equal(err.code, 105);
+  assert.match(err.message, /GET of claim mine answered another claim/);
 });

@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
 import { hostId } from "../lib/host.ts";
+import { execCni } from "../scripts/cni_exec.ts";
 import { install } from "../scripts/install.ts";
 import { boundFor, type FakeMilo, fakeMilo } from "../testing/fake_milo.ts";
 import { fixture, reply } from "../testing/milo_fixtures.ts";
@@ -490,3 +491,98 @@ Deno.test("the node config lives outside the runtimes' network directory: an ins
     await fake.close();
   }
 });
+
+/** The largest resident set a process reached, in MB, from GNU time's `-v` report. */
+function maxRssMb(timeReport: string): number | undefined {
+  const kb = /Maximum resident set size \(kbytes\): (\d+)/.exec(timeReport)?.[1];
+  return kb === undefined ? undefined : Number(kb) / 1024;
+}
+
+/** What an exec'd GC may reach: a Deno process and a few MiB of kept claims, far below 480 MB. */
+const GC_RSS_LIMIT_MB = 200;
+
+for (const mode of MODES) {
+  Deno.test(`[${mode}] GC against a Milo answering endless ~1 MB pages: 105 naming the bound, quickly, in bounded memory`, async () => {
+    // Claims of this node as milo-ipam writes them (every label and annotation, a 64-hex
+    // container ID) with Milo's managedFields: ~1 MB a page, every page with a continue token.
+    const claim = (i: number) => {
+      const ann = {
+        [KEYS.cluster]: "cluster-a",
+        [KEYS.node]: "node-a1",
+        [KEYS.network]: "vpc-7b3e",
+        [KEYS.podUid]: crypto.randomUUID(),
+        [KEYS.pod]: `shop/web-${i}`,
+        [KEYS.containerId]: crypto.randomUUID().replaceAll("-", "").repeat(2),
+        [KEYS.ifname]: "eth0",
+      };
+      const base = boundFor(
+        { metadata: { name: `pod-${i}-v4`, labels: ann, annotations: ann }, spec: {} },
+        { allocatedCIDR: "10.40.0.7/32" },
+      );
+      const meta = base.metadata as Record<string, unknown>;
+      return { ...base, metadata: { ...meta, managedFields: [{ f: "m".repeat(400) }] } };
+    };
+    const items = Array.from({ length: 550 }, (_, i) => claim(i));
+    const page = JSON.stringify({ kind: "IPClaimList", metadata: { continue: "more" }, items });
+    assert.ok(page.length > 800_000 && page.length < 1024 * 1024, `page of ${page.length} bytes`);
+    let lists = 0;
+    const fake = await fakeMilo((req) => {
+      if (req.method !== "GET" || !new URL(req.url).searchParams.has("labelSelector")) {
+        return reply(405, { kind: "Status", code: 405 });
+      }
+      lists++;
+      return new Response(page, { headers: { "content-type": "application/json" } });
+    });
+    const plugin = await installPlugin({
+      miloUrl: fake.url,
+      token: TOKEN,
+      agent: mode === "agent",
+    });
+    try {
+      // A budget the old, unbounded list would spend on its 1,000 pages; the bound ends it first.
+      await plugin.setNode({ timeouts: { requestMs: 5_000, totalMs: 60_000 } });
+      if (mode === "agent") await plugin.startAgent();
+      lists = 0;
+      const stdin = { ...plugin.netConf(v4), "cni.dev/valid-attachments": [] };
+      const time = "/usr/bin/time";
+      const timed = mode === "direct" && await Deno.stat(time).then(() => true, () => false);
+      const r = timed
+        ? await execCni(time, {
+          env: {
+            PATH: "/usr/sbin:/usr/bin:/sbin:/bin",
+            CNI_COMMAND: "GC",
+            CNI_IFNAME: "eth0",
+            CNI_NETNS: "/var/run/netns/test",
+            CNI_PATH: `${plugin.dir}/bin`,
+            CNI_ARGS: "IgnoreUnknown=1",
+          },
+          args: ["-v", plugin.installed.path],
+          stdin,
+          timeoutMs: 60_000,
+        })
+        : await plugin.run({ command: "GC", stdin, timeoutMs: 60_000 });
+      assertCniError(
+        r,
+        105,
+        /IPClaimList exceeds its list bound: more than 64 MiB .*MAX_LIST_BYTES/,
+      );
+      const bound = Math.floor(64 * 1024 * 1024 / page.length) + 1;
+      // (With the agent, its own reconcile lists too, and is cut the same way.)
+      if (mode === "direct") assert.equal(lists, bound, `cut at the bound: ${lists} pages`);
+      assert.ok(r.ms < 30_000, `quickly: ${Math.round(r.ms)} ms`);
+      if (timed) {
+        const rss = maxRssMb(r.stderr);
+        assert.ok(
+          rss !== undefined,
+          `no maximum RSS in GNU time's report: ${r.stderr.slice(-500)}`,
+        );
+        console.log(`GC max RSS ${rss.toFixed(1)} MB, ${lists} pages, ${Math.round(r.ms)} ms`);
+        assert.ok(rss < GC_RSS_LIMIT_MB, `max RSS ${rss.toFixed(1)} MB`);
+      }
+      assert.deepEqual(fake.seen.filter((s) => s.method !== "GET"), [], "nothing released");
+    } finally {
+      await plugin.cleanup();
+      await fake.close();
+    }
+  });
+}

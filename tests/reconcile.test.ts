@@ -557,3 +557,32 @@ Deno.test("reconcile: a node whose stateDir was lost judges its own claims again
   });
   await Deno.remove(etc, { recursive: true });
 });
+
+Deno.test("reconcile: a LIST over 200,000 claims across its pages is 105 naming MAX_LIST_ITEMS; nothing released", async () => {
+  await withTempDir(async (dir) => {
+    const { stub, clock, orphan, run } = await setup(dir);
+    await run();
+    clock.t += GRACE_MS; // the orphan is due: a whole list would release it now
+    // Pages of 10,000 tiny claims; the list would end at page 25, with this node's orphan.
+    const tiny = Array.from({ length: 10_000 }, () => ({ metadata: { name: "c" } }));
+    let pages = 0;
+    stub.inject({
+      method: "GET",
+      path: "/ipclaims",
+      times: Number.POSITIVE_INFINITY,
+      answer: () => {
+        const more = ++pages < 25;
+        const items = more ? tiny : orphan;
+        return reply(200, { kind: "IPClaimList", metadata: more ? { continue: "n" } : {}, items });
+      },
+    });
+    stub.requests.length = 0;
+    await assert.rejects(run(), (e: Error & { code?: number }) => {
+      assert.equal(e.code, 105);
+      assert.match(e.message, /more than 200,000 items across its pages \(MAX_LIST_ITEMS\)/);
+      return true;
+    });
+    assert.equal(pages, 21);
+    assert.equal(stub.seen("DELETE").length, 0);
+  });
+});

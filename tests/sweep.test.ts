@@ -496,3 +496,50 @@ Deno.test("a failed re-check is reported per candidate and exits 3", async () =>
   assert.match(row(r, "c-gone-0").why, /forbids this \(403\)/);
   assert.deepEqual(w.deletes(), []);
 });
+
+Deno.test("a list past its bound across pages is a brake, naming the bound; nothing released", async () => {
+  const cases: [string, (w: ReturnType<typeof world>) => Partial<SweepOptions>, RegExp][] = [
+    ["Milo's claims", (w) => {
+      // Every page of claims comes back with a continue token, ~900 KB each.
+      const pad = "m".repeat(900_000);
+      const milo = new MiloClient({
+        baseUrl: BASE,
+        namespace: "default",
+        token: "t",
+        requestMs: 1000,
+        deadline: Date.now() + 60_000,
+        fetch: ((input: RequestInfo | URL, init?: RequestInit) => {
+          if (!new URL(String(input)).searchParams.has("labelSelector")) {
+            return w.milo.fetch(input, init);
+          }
+          const items = [...w.milo.claims.values()];
+          return Promise.resolve(
+            Response.json({ kind: "IPClaimList", metadata: { continue: "more", pad }, items }),
+          );
+        }) as typeof fetch,
+        sleep: () => Promise.resolve(),
+      });
+      return { milo };
+    }, /Milo LIST .* failed: .*more than 64 MiB across its pages \(MAX_LIST_BYTES\)/],
+    ["Kubernetes pods", (w) => ({
+      kube: new KubeClient({
+        server: "https://kube.test",
+        token: w.kube.token,
+        fetch: w.kube.fetch as typeof fetch,
+        sleep: () => Promise.resolve(),
+        podListBound: { bytes: 2 ** 30, items: 1 },
+      }),
+    }), /pod list failed: .*more than 1 items across its pages \(POD_LIST_BOUND\.items\)/],
+  ];
+  for (const [what, clients, reason] of cases) {
+    const w = world();
+    w.orphan("gone-0");
+    w.live("web-0");
+    const r = await w.run(clients(w));
+    assert.equal(r.outcome, "brake", what);
+    assert.equal(r.exitCode, 2, what);
+    assert.match(r.message, reason, what);
+    assert.deepEqual(w.deletes(), [], what);
+    assert.equal(w.milo.claims.size, 2, what);
+  }
+});

@@ -41,7 +41,7 @@ Deno.test("config: node settings and defaults; the ipam block wins for per-netwo
   const c = parseNetConf(conf({ timeouts: { requestMs: 500 } }), n, "ADD");
   assert.equal(n.milo.namespace, "tenant-ns");
   assert.equal(n.node, "n1");
-  assert.equal(n.log.file, "/var/log/milo-ipam.log");
+  assert.equal(n.log.file, "/var/log/milo-ipam/milo-ipam.log");
   assert.equal(n.stateDir, "/var/lib/milo-ipam");
   assert.deepEqual(c.network.classes, { ipv4: "vpc-pods-ipv4", ipv6: "node-default-v6" });
   assert.deepEqual(c.network.timeouts, { requestMs: 500, totalMs: 8000 });

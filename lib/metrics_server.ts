@@ -1,0 +1,101 @@
+/**
+ * The agent's metrics listener: `GET /metrics` over plain HTTP/1.1 on a
+ * loopback port, bounded so that nobody who can reach the port can grow the
+ * agent: at most {@link MAX_CONNECTIONS} connections at once (more are
+ * closed as they are accepted), a request head of at most {@link HEAD_BYTES}
+ * read within {@link HEAD_MS}, one answer per connection, then close.
+ */
+import { within } from "./timers.ts";
+
+/** Connections served at once; Prometheus scrapes one at a time. */
+export const MAX_CONNECTIONS = 16;
+/** Longest a client may take to send its request head. */
+export const HEAD_MS = 2_000;
+/** Largest request head read (a scrape's is a few hundred bytes). */
+export const HEAD_BYTES = 8 * 1024;
+/** Longest writing the answer may take. */
+const WRITE_MS = 2_000;
+
+/** A running listener. */
+export interface MetricsServer {
+  close(): Promise<void>;
+}
+
+/** Serves `render()` at `GET /metrics` on `hostname:port`. */
+export function serveMetrics(
+  hostname: string,
+  port: number,
+  render: () => Promise<string>,
+): MetricsServer {
+  const listener = Deno.listen({ hostname, port });
+  const open = new Set<Promise<void>>();
+  const accepting = (async () => {
+    try {
+      for await (const conn of listener) {
+        if (open.size >= MAX_CONNECTIONS) {
+          closeQuietly(conn);
+          continue;
+        }
+        const p = answer(conn, render).finally(() => {
+          open.delete(p);
+          closeQuietly(conn);
+        });
+        open.add(p);
+      }
+    } catch {
+      // Listener closed.
+    }
+  })();
+  return {
+    async close() {
+      listener.close();
+      await accepting;
+      await Promise.allSettled([...open]);
+    },
+  };
+}
+
+async function answer(conn: Deno.Conn, render: () => Promise<string>): Promise<void> {
+  const head = await within(readHead(conn), HEAD_MS, () => null).catch(() => null);
+  if (head === null) return;
+  const [method, target = ""] = head.slice(0, head.indexOf("\r\n")).split(" ");
+  const path = target.split("?")[0];
+  const [status, body] = method !== "GET"
+    ? [405, "method not allowed\n"]
+    : path !== "/metrics"
+    ? [404, "not found\n"]
+    : [200, await render()];
+  const bytes = new TextEncoder().encode(body);
+  const text = `HTTP/1.1 ${status} ${REASONS[status]}\r\n` +
+    `content-type: ${status === 200 ? "text/plain; version=0.0.4" : "text/plain"}\r\n` +
+    `content-length: ${bytes.byteLength}\r\nconnection: close\r\n\r\n`;
+  const out = new Uint8Array([...new TextEncoder().encode(text), ...bytes]);
+  const write = async () => {
+    for (let at = 0; at < out.byteLength;) at += await conn.write(out.subarray(at));
+  };
+  await within(write(), WRITE_MS, () => undefined).catch(() => {});
+}
+
+const REASONS: Record<number, string> = { 200: "OK", 404: "Not Found", 405: "Method Not Allowed" };
+
+/** The request head (up to the blank line), or null when it ends first or grows too big. */
+async function readHead(conn: Deno.Conn): Promise<string | null> {
+  const buf = new Uint8Array(HEAD_BYTES);
+  let used = 0;
+  while (used < buf.byteLength) {
+    const n = await conn.read(buf.subarray(used));
+    if (n === null) return null;
+    used += n;
+    const text = new TextDecoder().decode(buf.subarray(0, used));
+    if (text.includes("\r\n\r\n")) return text;
+  }
+  return null;
+}
+
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch {
+    // Closed already.
+  }
+}
