@@ -9,7 +9,7 @@ import {
 } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
-import { type Family, miloFamily } from "./ip.ts";
+import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { Holding } from "./holdings.ts";
 import type { JournalHold } from "./journal.ts";
@@ -49,7 +49,7 @@ export const add: Handler = async (inv) => {
       const names = claimNamesOf(inv);
       inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
       const held = await leaseAll(inv, entry);
-      const claims = held.map((h) => ({ name: h.name, uid: h.uid }));
+      const claims = held.map((h) => ({ name: h.name, uid: h.uid, address: formatCidr(h.cidr) }));
       inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
       await entry?.remove();
       leased = true;

@@ -15,6 +15,7 @@ import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
+import { Holdings } from "./holdings.ts";
 import { MiloClient } from "./milo.ts";
 import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
@@ -61,6 +62,7 @@ export class Agent {
   #listener: Deno.Listener | undefined;
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
+  #first: ReturnType<typeof setTimeout> | undefined;
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
@@ -96,7 +98,11 @@ export class Agent {
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
     this.#timer = setInterval(() => this.reconcileNow(), every);
-    this.reconcileNow();
+    // A node without a record of its claims lists them in Milo once: at a random moment of the
+    // first interval, so a fleet's agents starting together do not list together.
+    const listing = new Holdings(this.#node.stateDir).listedAt() === undefined;
+    if (listing) this.#first = setTimeout(() => this.reconcileNow(), Math.random() * every);
+    else this.reconcileNow();
   }
 
   /**
@@ -106,6 +112,7 @@ export class Agent {
    */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
+    clearTimeout(this.#first);
     try {
       this.#listener?.close();
     } catch {

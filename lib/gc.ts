@@ -5,6 +5,7 @@ import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import { FAMILIES, miloFamily } from "./ip.ts";
 import type { Handler, Invocation } from "./invocation.ts";
+import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
@@ -57,10 +58,23 @@ export const gc: Handler = async (inv) => {
     );
     claims.push(...r.done.map((c) => c.metadata.name));
     failures.push(...r.failures);
+    for (const c of r.done) await forgetReleased(inv, c);
   }
   if (failures.length) throw combineErrors(failures);
   return { claims };
 };
+
+/** Drops a released claim from the node's record, under its attachment's lock. */
+async function forgetReleased(inv: Invocation, c: IPClaim): Promise<void> {
+  const h = holderOf(c);
+  const key = { cluster: inv.attachment.cluster, containerId: h.containerId!, ifname: h.ifname! };
+  const lock = await lockAttachment(inv.node.stateDir, key);
+  try {
+    inv.holdings.forget(key, [c.metadata.name]);
+  } finally {
+    lock.close();
+  }
+}
 
 /**
  * True when an ADD of the attachment on this node may still run: its record

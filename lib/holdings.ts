@@ -27,6 +27,8 @@ import { WATCHDOG_GRACE_MS } from "./timers.ts";
 export interface HeldClaim {
   name: string;
   uid?: string;
+  /** The address it leases, as the ADD answered it. */
+  address?: string;
 }
 
 /** What the node records of one attachment. */
@@ -38,6 +40,9 @@ export interface Holding {
   at: number;
   /** `adding`: when the ADD ends at the latest, its watchdog's included (the node's clock). */
   until?: number;
+  cluster: string;
+  /** The host that wrote it (lib/host.ts): a record copied to another machine is not its own. */
+  host?: string;
   network: string;
   containerId: string;
   ifname: string;
@@ -112,38 +117,69 @@ export class Holdings {
     }
   }
 
-  /**
-   * Removes `adding` records older than `ms`: their ADD is long over, and a
-   * DEL after that long needs no doubt (a late create has landed by then).
-   * Answers how many it removed.
-   */
-  pruneAdding(ms: number, now: number): number {
-    let removed = 0;
+  /** Every record, with its file; an unreadable one is left out (its DEL finds it in doubt). */
+  all(): { path: string; h: Holding }[] {
     let names: string[];
     try {
-      names = [...Deno.readDirSync(this.dir)].filter((e) => e.isFile).map((e) => e.name);
+      names = [...Deno.readDirSync(this.dir)].filter((e) => e.isFile && e.name.endsWith(".json"))
+        .map((e) => e.name);
     } catch (err) {
-      if (err instanceof Deno.errors.NotFound) return 0;
+      if (err instanceof Deno.errors.NotFound) return [];
       throw new CniError("io", `cannot list ${this.dir}`, errorText(err));
     }
+    const out: { path: string; h: Holding }[] = [];
     for (const name of names) {
-      if (!name.endsWith(".json")) continue;
       const path = `${this.dir}/${name}`;
-      let v: Partial<Holding>;
       try {
-        v = JSON.parse(Deno.readTextFileSync(path));
+        const h = JSON.parse(Deno.readTextFileSync(path)) as Holding;
+        if (Array.isArray(h?.claims) && typeof h.containerId === "string") out.push({ path, h });
       } catch {
-        continue;
-      }
-      if (v.state !== "adding" || now - (v.at ?? 0) < ms) continue;
-      try {
-        Deno.removeSync(path);
-        removed++;
-      } catch {
-        // Removed meanwhile.
+        // Torn, or removed meanwhile.
       }
     }
-    return removed;
+    return out;
+  }
+
+  /** When the node's claims were last listed from Milo into the record, if ever. */
+  listedAt(): number | undefined {
+    try {
+      return Deno.statSync(`${this.dir}/${LISTED}`).mtime?.getTime() ?? 0;
+    } catch (err) {
+      if (err instanceof Deno.errors.NotFound) return undefined;
+      throw new CniError("io", `cannot read ${this.dir}/${LISTED}`, errorText(err));
+    }
+  }
+
+  /** Marks that the record now holds every claim of this host that Milo has. */
+  markListed(): void {
+    try {
+      Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+      Deno.writeTextFileSync(`${this.dir}/${LISTED}`, new Date().toISOString() + "\n", {
+        mode: 0o600,
+      });
+    } catch (err) {
+      throw new CniError("io", `cannot write ${this.dir}/${LISTED}`, errorText(err));
+    }
+  }
+
+  /**
+   * Adds a claim found in Milo (the LIST of a node without a record) to the
+   * record of its attachment, as held; one the record has already is kept.
+   */
+  adopt(a: Attachment, claim: HeldClaim, now: number): void {
+    const h = this.read(a);
+    if (h?.claims.some((c) => c.name === claim.name)) return;
+    const claims = [...(h?.claims ?? []), claim];
+    this.#write(a, { ...fields(a, claims), state: "held", addId: h?.addId ?? "listed", at: now });
+  }
+
+  /** Drops `names` from the record of `a` (removing it when none is left); the caller holds its lock. */
+  forget(a: Key, names: string[]): void {
+    const h = this.read(a);
+    if (!h) return;
+    const claims = h.claims.filter((c) => !names.includes(c.name));
+    if (claims.length) this.#write(a, { ...h, claims });
+    else this.remove(a);
   }
 
   #write(a: Key, h: Holding): void {
@@ -172,5 +208,9 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  return { network: a.network, containerId: a.containerId, ifname: a.ifname, claims };
+  const { cluster, host, network, containerId, ifname } = a;
+  return { cluster, ...(host ? { host } : {}), network, containerId, ifname, claims };
 }
+
+/** The file marking that the node's claims were listed from Milo into the record. */
+const LISTED = "listed";

@@ -2,27 +2,26 @@
  * `milo-ipam reconcile`: the node-side safety net for releases that never
  * happened.
  *
- * 1. The release journal: claims a DEL (or an ADD's rollback) failed to
- *    release are released now. The journal is the runtime's own word that the
- *    attachment is gone, so a stale result-cache entry does not keep them.
- *    An in-doubt entry (a create that may land after its DEL) is kept until
- *    `grace` after it was written, releasing its claims whenever they appear.
- *    Records of ADDs in doubt older than `grace` are removed.
- * 2. Orphans: claims of this node and this host whose container no libcni
- *    result cache names (lib/liveness.ts). One is released only when it was
- *    absent in two observations at least `grace` apart, is older than
- *    `grace`, and is still absent and unchanged (same uid) when re-checked
- *    just before release; and never while a brake holds (an empty live set,
- *    or one shrunk under half of the last clean run's), unless forced.
- *    Claims of another host under this node name, and claims made before
- *    claims recorded their host, are never judged here.
+ * 1. The release journal (lib/reconcile_journal.ts).
+ * 2. Orphans, judged from the node's own record of the claims it holds
+ *    (lib/holdings.ts), without asking Milo: a claim whose container no libcni
+ *    result cache names (lib/liveness.ts) is released only when it was absent
+ *    in two observations at least `grace` apart, was recorded at least `grace`
+ *    ago, and under the attachment's lock, with no later ADD or DEL of it
+ *    recorded, is still absent from the caches and in Milo still this host's
+ *    claim of that attachment (same uid, released with it as a precondition);
+ *    and never while a brake holds (an empty live set, or one shrunk under
+ *    half of the last clean run's), unless forced. Milo is listed only when
+ *    the node has no record yet (its first run, a lost `stateDir`): its
+ *    host's claims are added to the record, claims of another host under this
+ *    node name are reported, and claims that record no host are left alone.
  */
 import { holderOf, nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
-import { Holdings } from "./holdings.ts";
+import { type Holding, Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { Journal, type JournalClaim, type JournalEntry, writeAtomic } from "./journal.ts";
+import { writeAtomic } from "./journal.ts";
 import {
   type Brake,
   brakeOf,
@@ -32,18 +31,9 @@ import {
   type State,
   stateFileOf,
 } from "./liveness.ts";
-import type { MiloClient, Release } from "./milo.ts";
-import type { IPClaim } from "./milo_objects.ts";
-
-/** A journal entry the run could not finish. */
-export interface JournalReport {
-  entry: string;
-  containerId?: string;
-  ifname?: string;
-  claims: string[];
-  attempts?: number;
-  lastError: string;
-}
+import { lockAttachment } from "./lockfile.ts";
+import type { MiloClient } from "./milo.ts";
+import { finishJournal, type JournalReport } from "./reconcile_journal.ts";
 
 /** What one reconcile run decided for each claim. */
 export interface ReconcileReport {
@@ -53,13 +43,15 @@ export interface ReconcileReport {
   cluster: string;
   node: string;
   host: string;
+  /** Set when this run listed Milo (the node had no record of its claims yet). */
+  listed: boolean;
   /** Containers the result caches name. */
   live: number;
   /** Entries read per result cache directory. */
   caches: LiveSet["dirs"];
   /** Set when orphans were due but a brake kept them all. */
   brake: Brake | null;
-  /** Claims under this node name made by other hosts (reported, never judged). */
+  /** Claims under this node name made by other hosts, when this run listed Milo (never judged). */
   otherHosts: { host: string; claims: number }[];
   released: {
     claim: string;
@@ -82,7 +74,17 @@ export interface ReconcileOptions {
   dryRun: boolean;
   /** Releases past the brakes (an operator's run by hand). */
   force?: boolean;
+  /** Lists Milo into the record even when the node has one. */
+  list?: boolean;
   now?: () => number;
+}
+
+/** One claim of the record, as reconcile judges it. */
+interface Recorded {
+  name: string;
+  uid?: string;
+  address?: string;
+  h: Holding;
 }
 
 /** One reconcile pass; the state file carries the previous observation. */
@@ -100,6 +102,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     cluster: node.cluster,
     node: node.node,
     host,
+    listed: false,
     live: 0,
     caches: [],
     brake: null,
@@ -110,218 +113,203 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     errors: [],
   };
   const journaled = await finishJournal(o, milo, now, report);
+  const holdings = new Holdings(node.stateDir);
+  if (o.list || holdings.listedAt() === undefined) {
+    await listIntoRecord(o, milo(), holdings, host, now(), report);
+  }
   const live = await readLive(node.resultsDirs);
   report.live = live.containers.size;
   report.caches = live.dirs;
-  const claims = await milo().listClaims(nodeSelector(node.cluster, node.node));
   const previous = await readState(stateFileOf(node), now());
   const next: State = { absent: {}, baseline: previous.baseline };
-  const candidates: IPClaim[] = [];
-  const others = new Map<string, number>();
+  const candidates: Recorded[] = [];
   let absent = 0;
-  for (const claim of claims) {
-    const name = claim.metadata.name;
+  for (const c of recorded(holdings, host, now())) {
+    const { name, h } = c;
     if (journaled.has(name)) continue;
-    const h = holderOf(claim);
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
-    if (h.host !== host) {
-      if (h.host) others.set(h.host, (others.get(h.host) ?? 0) + 1);
-      keep(
-        h.host
-          ? `made by host ${h.host}, another host under this node name: not judged here`
-          : "records no host (made before claims did): not judged here; a DEL or the sweep releases it",
-      );
-      continue;
-    }
-    if (!h.containerId) {
-      keep("no attachment recorded on the claim");
-      continue;
-    }
     if (live.containers.has(h.containerId)) {
       keep("live: a result cache names its container");
       continue;
     }
-    const uid = claim.metadata.uid;
-    const seen = previous.absent[name]?.uid === uid ? previous.absent[name] : undefined;
-    next.absent[name] = { firstAbsent: seen?.firstAbsent ?? now(), uid };
-    const created = Date.parse(claim.metadata.creationTimestamp ?? "");
-    // A claim made within one call's budget may be an ADD whose runtime has not cached it yet.
-    if (Number.isNaN(created) || now() - created >= node.timeouts.totalMs) absent++;
+    const seen = previous.absent[name]?.uid === c.uid ? previous.absent[name] : undefined;
+    next.absent[name] = { firstAbsent: seen?.firstAbsent ?? now(), uid: c.uid };
+    // A claim recorded within one call's budget may be an ADD whose runtime has not cached it yet.
+    if (now() - h.at >= node.timeouts.totalMs) absent++;
     if (!seen || now() - seen.firstAbsent < o.graceMs) {
       keep("absent, waiting for a second observation after the grace period");
-    } else if (Number.isNaN(created) || now() - created < o.graceMs) {
-      keep("younger than the grace period");
-    } else candidates.push(claim);
+    } else if (now() - h.at < o.graceMs) {
+      keep("recorded less than the grace period ago");
+    } else candidates.push(c);
   }
-  report.otherHosts = [...others].map(([host, claims]) => ({ host, claims }));
   const brake = o.force ? undefined : brakeOf(live, previous.baseline, candidates.length);
   if (brake) {
     report.brake = brake;
     for (const c of candidates) {
-      report.kept.push({
-        claim: c.metadata.name,
-        reason: `brake (${brake.reason}): released nothing`,
-      });
+      report.kept.push({ claim: c.name, reason: `brake (${brake.reason}): released nothing` });
     }
   } else {
     if (!absent || o.force) next.baseline = { live: live.containers.size, at: now() };
-    await releaseOrphans(o, milo, candidates, next, report);
+    await releaseOrphans(o, milo, holdings, host, candidates, next, report);
   }
   await Deno.mkdir(node.stateDir, { recursive: true });
   await writeAtomic(stateFileOf(node), next);
   return report;
 }
 
-/** Re-checks the candidates against a fresh read of the caches and releases them by uid. */
+/**
+ * The claims of the record this host wrote: held, or added by an ADD whose
+ * deadline has passed (its claims may exist; an ADD still running is left to
+ * itself).
+ */
+function recorded(holdings: Holdings, host: string, now: number): Recorded[] {
+  const out: Recorded[] = [];
+  for (const { h } of holdings.all()) {
+    if (h.host !== undefined && h.host !== host) continue;
+    if (h.state === "adding" && now < (h.until ?? 0)) continue;
+    for (const c of h.claims) out.push({ name: c.name, uid: c.uid, address: c.address, h });
+  }
+  return out;
+}
+
+/**
+ * Lists this node's claims in Milo into the record (a node without one: its
+ * first run, a lost `stateDir`): this host's claims are added as held, claims
+ * of other hosts are counted in the report, claims recording no host are left.
+ */
+async function listIntoRecord(
+  o: ReconcileOptions,
+  milo: MiloClient,
+  holdings: Holdings,
+  host: string,
+  now: number,
+  report: ReconcileReport,
+): Promise<void> {
+  const claims = await milo.listClaims(nodeSelector(o.node.cluster, o.node.node));
+  report.listed = true;
+  const others = new Map<string, number>();
+  for (const claim of claims) {
+    const h = holderOf(claim);
+    if (h.host !== host) {
+      if (h.host) others.set(h.host, (others.get(h.host) ?? 0) + 1);
+      const reason = h.host
+        ? `made by host ${h.host}, another host under this node name: not judged here`
+        : "records no host (made before claims did): not judged here; a DEL or the sweep releases it";
+      report.kept.push({ claim: claim.metadata.name, reason });
+      continue;
+    }
+    if (!h.containerId || !h.ifname || h.cluster !== o.node.cluster || o.dryRun) continue;
+    const a = {
+      cluster: h.cluster,
+      node: o.node.node,
+      host,
+      network: h.network ?? "",
+      containerId: h.containerId,
+      ifname: h.ifname,
+    };
+    const address = claim.status.allocatedCIDR;
+    holdings.adopt(a, { name: claim.metadata.name, uid: claim.metadata.uid, address }, now);
+  }
+  report.otherHosts = [...others].map(([host, claims]) => ({ host, claims }));
+  if (!o.dryRun) holdings.markListed();
+}
+
+/**
+ * Releases the candidates, each under its attachment's lock: only while the
+ * record still names the ADD observed (no later ADD or DEL of it), its
+ * container is still absent from the caches, and Milo's claim of that name is
+ * still this host's claim of that attachment (by uid when recorded); then
+ * drops it from the record.
+ */
 async function releaseOrphans(
   o: ReconcileOptions,
   milo: () => MiloClient,
-  candidates: IPClaim[],
+  holdings: Holdings,
+  host: string,
+  candidates: Recorded[],
   next: State,
   report: ReconcileReport,
 ): Promise<void> {
   if (!candidates.length) return;
   const again = await readLive(o.node.resultsDirs);
-  for (const claim of candidates) {
-    const name = claim.metadata.name;
-    const h = holderOf(claim);
+  for (const c of candidates) {
+    const { h, name } = c;
     const keep = (reason: string) => {
       report.kept.push({ claim: name, reason });
       delete next.absent[name];
     };
-    if (again.containers.has(h.containerId!)) {
+    if (again.containers.has(h.containerId)) {
       keep("its container reappeared in a result cache on re-check");
       continue;
     }
+    const key = {
+      cluster: h.cluster ?? o.node.cluster,
+      containerId: h.containerId,
+      ifname: h.ifname,
+    };
+    const lock = o.dryRun ? undefined : await lockAttachment(o.node.stateDir, key);
     try {
-      const r = await releaseOrphan(o, milo(), claim);
-      if (r !== "released") {
-        keep("claim changed or vanished on re-check");
+      const now = holdings.read(key);
+      if (now?.addId !== h.addId || now.state !== h.state) {
+        keep("a later ADD or DEL of its attachment is recorded");
         continue;
       }
-      if (!o.dryRun) delete next.absent[name];
+      if ((await readLive(o.node.resultsDirs)).containers.has(h.containerId)) {
+        keep("its container reappeared in a result cache on re-check");
+        continue;
+      }
+      const r = await releaseOwn(o, milo(), c, host);
+      if (r === "changed") {
+        keep("in Milo it is another claim now: left alone");
+        continue;
+      }
+      if (!o.dryRun) {
+        holdings.forget(key, [name]);
+        delete next.absent[name];
+      }
+      if (r === "absent") {
+        report.kept.push({
+          claim: name,
+          reason: "gone from Milo already: dropped from the record",
+        });
+        continue;
+      }
       report.released.push({
         claim: name,
         via: "orphan",
         network: h.network,
         containerId: h.containerId,
         ifname: h.ifname,
-        address: claim.status.allocatedCIDR,
+        address: c.address,
       });
     } catch (err) {
       report.errors.push({ claim: name, error: toCniError(err).message });
+    } finally {
+      lock?.close();
     }
   }
-}
-
-/** Releases an orphan while it is the object observed (uid); a dry run only compares. */
-async function releaseOrphan(
-  o: ReconcileOptions,
-  milo: MiloClient,
-  claim: IPClaim,
-): Promise<Release> {
-  const uid = claim.metadata.uid;
-  if (!uid) return "changed";
-  if (!o.dryRun) return await milo.releaseClaim(claim.metadata.name, uid);
-  const current = await milo.getClaim(claim.metadata.name);
-  return !current ? "absent" : current.metadata.uid === uid ? "released" : "changed";
-}
-
-/** Releases journaled claims and prunes old ADD-in-doubt records; answers the names it dealt with. */
-async function finishJournal(
-  o: ReconcileOptions,
-  milo: () => MiloClient,
-  now: () => number,
-  report: ReconcileReport,
-): Promise<Set<string>> {
-  const journal = new Journal(o.node.stateDir);
-  const names = new Set<string>();
-  for (const { path, entry, error } of await journal.list()) {
-    if (!entry) {
-      report.journal.push({ entry: path, claims: [], lastError: error ?? "unreadable" });
-      continue;
-    }
-    for (const c of entry.claims) names.add(c.name);
-    if (o.dryRun) {
-      report.journal.push({ ...summary(path, entry), lastError: "dry run: not attempted" });
-      continue;
-    }
-    await journal.whileLocked(path, async (entry) => {
-      const left: JournalClaim[] = [];
-      const waiting: JournalClaim[] = [];
-      let lastError = entry.lastError;
-      for (const c of entry.claims) {
-        try {
-          const r = await releaseJournaled(milo(), c, entry, o.graceMs, now);
-          if (r === "awaited") {
-            waiting.push(c);
-            const until = new Date(entry.created + o.graceMs).toISOString();
-            report.kept.push({ claim: c.name, reason: `journal entry in doubt until ${until}` });
-          } else if (r === "released") {
-            report.released.push({
-              claim: c.name,
-              via: "journal",
-              network: entry.network,
-              containerId: entry.containerId,
-              ifname: entry.ifname,
-            });
-          } else report.kept.push({ claim: c.name, reason: `journal entry: claim ${r}` });
-        } catch (err) {
-          left.push(c);
-          lastError = toCniError(err).message;
-        }
-      }
-      const rest = left.length
-        ? { ...entry, claims: [...left, ...waiting], attempts: entry.attempts + 1, lastError }
-        : waiting.length
-        ? { ...entry, claims: waiting }
-        : null;
-      await journal.update(path, rest);
-      if (left.length) report.journal.push({ ...summary(path, rest!), lastError });
-    });
-  }
-  if (!o.dryRun) {
-    new Holdings(o.node.stateDir).pruneAdding(Math.max(o.graceMs, o.node.timeouts.totalMs), now());
-    await journal.countOwed();
-  }
-  return names;
-}
-
-function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"> {
-  return {
-    entry: path,
-    containerId: e.containerId,
-    ifname: e.ifname,
-    claims: e.claims.map((c) => c.name),
-    attempts: e.attempts,
-  };
 }
 
 /**
- * Releases one journaled claim, only while it is the object the failed call
- * saw: the same uid when it was known, else a claim of the same attachment
- * created before the entry (a newer claim of the same name is never
- * released), or, in doubt, before the entry's grace ends (`awaited` while it
- * is absent and the grace runs).
+ * Releases a recorded claim while Milo's claim of that name is still this
+ * host's claim of the same attachment (and the recorded uid, when there is
+ * one), by its uid as a precondition; a dry run only compares.
  */
-async function releaseJournaled(
+async function releaseOwn(
+  o: ReconcileOptions,
   milo: MiloClient,
-  c: JournalClaim,
-  entry: JournalEntry,
-  graceMs: number,
-  now: () => number,
-): Promise<Release | "newer than the entry" | "awaited"> {
-  if (c.uid) return await milo.releaseClaim(c.name, c.uid);
-  const until = entry.created + (entry.inDoubt ? graceMs : 0);
+  c: Recorded,
+  host: string,
+): Promise<"released" | "absent" | "changed"> {
   const current = await milo.getClaim(c.name);
-  if (!current) return entry.inDoubt && now() < until ? "awaited" : "absent";
+  if (!current) return "absent";
   const h = holderOf(current);
-  const created = Date.parse(current.metadata.creationTimestamp ?? "");
-  const same = h.cluster === entry.cluster && h.containerId === entry.containerId &&
-    h.ifname === entry.ifname;
-  if (!same || Number.isNaN(created) || created > until) return "newer than the entry";
-  if (!current.metadata.uid) return await milo.deleteClaim(c.name);
-  return await milo.releaseClaim(c.name, current.metadata.uid);
+  const uid = current.metadata.uid;
+  const ours = h.host === host && h.containerId === c.h.containerId && h.ifname === c.h.ifname &&
+    (!c.uid || c.uid === uid);
+  if (!ours || !uid) return "changed";
+  if (o.dryRun) return "released";
+  return await milo.releaseClaim(c.name, uid);
 }
 
 /** Exit status of a run: 0 done, 1 errors or journal entries left, 2 a brake held. */
@@ -336,7 +324,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
   const { readNodeConfig } = await import("./config_file.ts");
   const { MiloClient } = await import("./milo.ts");
   const usage =
-    "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]";
+    "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force] [--list]";
   let values;
   try {
     ({ values } = parseArgs({
@@ -346,6 +334,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
         grace: { type: "string" },
         "dry-run": { type: "boolean", default: false },
         force: { type: "boolean", default: false },
+        list: { type: "boolean", default: false },
       },
     }));
   } catch (err) {
@@ -367,6 +356,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
       graceMs: (grace ?? node.reconcile.graceS) * 1000,
       dryRun: values["dry-run"],
       force: values.force,
+      list: values.list,
     });
     console.log(redactedJson(report, 2));
     return exitOf(report);

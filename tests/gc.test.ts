@@ -268,3 +268,15 @@ Deno.test("GC: a LIST of ~1 MB pages that keeps going is cut at 64 MiB (105 nami
     assert.equal(stub.seen("DELETE").length, 0);
   });
 });
+
+Deno.test("GC drops the claims it released from the node's record", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    const gone = invocation(stub, { command: "ADD", stateDir: dir, containerId: "gone" });
+    const held = w.gone.map((c) => ({ name: c.metadata.name, uid: c.metadata.uid }));
+    gone.holdings.held(gone.attachment, "add-gone", held, T0 - 60_000);
+    await gc(gcInv(stub, dir, VALID));
+    assert.equal(gone.holdings.read(gone.attachment), undefined);
+  });
+});

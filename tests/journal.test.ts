@@ -295,25 +295,42 @@ Deno.test("journal: a DEL after an ADD in doubt records an in-doubt entry that l
   });
 });
 
-Deno.test("holdings: records of ADDs in doubt older than the given age are pruned", () =>
+Deno.test("holdings: adding, held, adopted from a LIST, forgotten claim by claim; the listed mark", () =>
   withTempDir(async (dir) => {
     const h = new Holdings(dir);
     const now = Date.parse("2026-12-01T12:00:00Z");
-    h.adding(attachment("old"), "add-1", ["pod-old-v4"], now - 3_600_000, now - 3_590_000);
-    h.adding(attachment("young"), "add-2", ["pod-young-v4"], now - 1_000, now + 9_000);
-    h.held(attachment("held"), "add-3", [{ name: "pod-held-v4", uid: "u" }], now - 3_600_000);
-    assert.equal(h.pruneAdding(60_000, now), 1);
-    assert.equal(h.read(attachment("old")), undefined);
-    assert.equal(h.read(attachment("young"))?.state, "adding");
-    assert.deepEqual(h.read(attachment("held")), {
-      state: "held",
-      addId: "add-3",
-      at: now - 3_600_000,
+    const a = { ...attachment("a"), host: "h1" };
+    h.adding(a, "add-1", ["pod-a-v4", "pod-a-v6"], now - 1_000, now + 9_000);
+    assert.deepEqual(h.read(a), {
+      state: "adding",
+      addId: "add-1",
+      at: now - 1_000,
+      until: now + 9_500,
+      cluster: "cluster-a",
+      host: "h1",
       network: "vpc-7b3e",
-      containerId: "held",
+      containerId: "a",
       ifname: "eth0",
-      claims: [{ name: "pod-held-v4", uid: "u" }],
+      claims: [{ name: "pod-a-v4" }, { name: "pod-a-v6" }],
     });
+    h.held(a, "add-1", [{ name: "pod-a-v4", uid: "u4", address: "10.0.0.1/32" }], now);
+    h.adopt(a, { name: "pod-a-v4", uid: "other" }, now);
+    h.adopt(a, { name: "pod-a-v6", uid: "u6" }, now);
+    assert.deepEqual(h.read(a)?.claims, [
+      { name: "pod-a-v4", uid: "u4", address: "10.0.0.1/32" },
+      { name: "pod-a-v6", uid: "u6" },
+    ]);
+    h.adopt({ ...attachment("b"), host: "h1" }, { name: "pod-b-v4", uid: "ub" }, now);
+    assert.equal(h.read(attachment("b"))?.addId, "listed");
+    assert.deepEqual(h.all().map((x) => x.h.containerId).sort(), ["a", "b"]);
+    h.forget(a, ["pod-a-v4"]);
+    assert.deepEqual(h.read(a)?.claims.map((c) => c.name), ["pod-a-v6"]);
+    h.forget(a, ["pod-a-v6"]);
+    assert.equal(h.read(a), undefined, "a record without claims is removed");
+    assert.equal(h.listedAt(), undefined);
+    h.markListed();
+    assert.equal(typeof h.listedAt(), "number");
     await Deno.writeTextFile(h.pathOf(attachment("torn")), "{");
     assert.equal(h.read(attachment("torn"))?.state, "adding", "an unreadable record is in doubt");
+    assert.deepEqual(h.all().map((x) => x.h.containerId), ["b"], "and left out of the list");
   }));

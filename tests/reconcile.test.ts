@@ -25,9 +25,18 @@ async function setup(dir: string, nodeOver: Record<string, unknown> = {}) {
   const addOf = (containerId: string, o: Partial<InvocationOptions> = {}) =>
     invocation(stub, { command: "ADD", stateDir: dir, containerId, node: nodeOver, ...o });
   /** Both claims of an attachment, as its ADD made them. */
-  const lease = (containerId: string, o: Partial<InvocationOptions> = {}) => {
+  const lease = (containerId: string, o: Partial<InvocationOptions> = {}, record = true) => {
     const inv = addOf(containerId, o);
-    return [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
+    const claims = [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
+    if (!record) return claims;
+    // As the ADD that made them records them on its node.
+    const held = claims.map((c) => ({
+      name: c.metadata.name,
+      uid: c.metadata.uid,
+      address: c.status.allocatedCIDR,
+    }));
+    inv.holdings.held(inv.attachment, `add-${containerId}`, held, clock.t - 3_600_000);
+    return claims;
   };
   const node: NodeConfig = addOf("x").node;
   const [runtimeDir] = node.resultsDirs;
@@ -148,13 +157,13 @@ Deno.test("reconcile: a uid changed on the re-check before the DELETE keeps the 
     });
     const r = await w.run();
     assert.deepEqual(r.released.map((x) => x.claim), [o6.metadata.name]);
-    assert.deepEqual(keptFor(r, o4), ["claim changed or vanished on re-check"]);
+    assert.deepEqual(keptFor(r, o4), ["in Milo it is another claim now: left alone"]);
     assert.ok(w.stub.get(o4.metadata.name));
     assert.ok(!w.stub.seen("DELETE").some((d) => d.path.endsWith(o4.metadata.name)));
   });
 });
 
-Deno.test("reconcile: a uid changed between observations starts a new observation", async () => {
+Deno.test("reconcile: a claim Milo holds under another uid than the record's is left alone", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
     await w.run();
@@ -163,13 +172,25 @@ Deno.test("reconcile: a uid changed between observations starts a new observatio
     w.clock.t += GRACE_MS;
     const r = await w.run();
     assert.ok(!r.released.some((x) => x.claim === o4.metadata.name));
-    assert.deepEqual(keptFor(r, o4), [
-      "absent, waiting for a second observation after the grace period",
-    ]);
-    assert.deepEqual((await w.state())[o4.metadata.name], {
-      firstAbsent: w.clock.t,
-      uid: "second-claim",
+    assert.deepEqual(keptFor(r, o4), ["in Milo it is another claim now: left alone"]);
+    assert.ok(w.stub.get(o4.metadata.name));
+  });
+});
+
+Deno.test("reconcile: a later ADD of the attachment recorded meanwhile keeps its claims", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.run();
+    w.clock.t += GRACE_MS;
+    // The runtime ADDs the attachment again (a retry) while the run is deciding.
+    w.stub.inject({
+      method: "GET",
+      path: `/ipclaims/${w.orphan[0].metadata.name}`,
+      answer: () => void w.lease("orphan"),
     });
+    const r = await w.run();
+    assert.deepEqual(r.released.filter((x) => x.containerId === "orphan"), []);
+    assert.ok(w.stub.get(w.orphan[0].metadata.name) || w.stub.get(w.orphan[1].metadata.name));
   });
 });
 
@@ -178,33 +199,38 @@ Deno.test("reconcile: an attachment that reappears in the cache before the relea
     const w = await setup(dir);
     await w.run();
     w.clock.t += GRACE_MS;
+    // The runtime caches the attachment between the run's two reads of the caches.
+    const [o4] = w.orphan;
     w.stub.inject({
       method: "GET",
-      path: "/ipclaims",
+      path: `/ipclaims/${o4.metadata.name}`,
       answer: async () => {
         await w.cache("orphan");
         return undefined;
       },
     });
     const r = await w.run();
-    assert.deepEqual(r.released, []);
-    for (const c of w.orphan) {
+    assert.deepEqual(r.released.map((x) => x.claim), [o4.metadata.name], "already on its way");
+    for (const c of w.orphan.slice(1)) {
       assert.deepEqual(keptFor(r, c), ["its container reappeared in a result cache on re-check"]);
     }
-    assert.equal(w.stub.seen("DELETE").length, 0);
+    assert.equal(w.stub.seen("DELETE").length, 1);
   });
 });
 
-Deno.test("reconcile: a claim without a creation time is kept as too young", async () => {
+Deno.test("reconcile: a claim recorded less than the grace ago is kept", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
-    const [o4] = w.orphan;
-    w.stub.put({ ...o4, metadata: { ...o4.metadata, creationTimestamp: undefined } });
+    const young = w.addOf("young");
+    const [y4] = [existingClaim(w.stub, young, "ipv4")];
+    // Recorded just before the second run, and absent from the first on.
+    const at = w.clock.t + GRACE_MS - 10;
+    young.holdings.held(young.attachment, "add-young", [{ name: y4.metadata.name }], at);
     await w.run();
     w.clock.t += GRACE_MS;
     const r = await w.run();
-    assert.deepEqual(keptFor(r, o4), ["younger than the grace period"]);
-    assert.ok(w.stub.get(o4.metadata.name));
+    assert.deepEqual(keptFor(r, y4), ["recorded less than the grace period ago"]);
+    assert.ok(w.stub.get(y4.metadata.name));
   });
 });
 
@@ -403,7 +429,16 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
       assert.ok(w.stub.get(c.metadata.name), "a claim made after the doubt ended is not its own");
     }
     assert.deepEqual(await journal.list(), [], "every in-doubt entry ended");
-    assert.equal(inDoubt(), false, "a record past the grace is pruned");
+    assert.equal(inDoubt(), true, "an ADD's record is judged once its deadline passed");
+    w.clock.t += GRACE_MS;
+    const third = await w.run();
+    assert.deepEqual(
+      keptFor(third, { metadata: { name: claimName(at("killed"), "ipv4") } } as WireClaim),
+      [
+        "gone from Milo already: dropped from the record",
+      ],
+    );
+    assert.equal(inDoubt(), false, "the killed ADD's record is dropped: its claim never came");
   });
 });
 
@@ -479,6 +514,7 @@ Deno.test("reconcile: a live set shrunk under half the last clean run's is a bra
     const w = await setup(dir);
     w.stub.remove(w.orphan[0].metadata.name);
     w.stub.remove(w.orphan[1].metadata.name);
+    new Holdings(dir).remove(w.addOf("orphan").attachment);
     const ids = ["b", "c", "d", "e", "f"];
     for (const id of ids) {
       w.lease(id);
@@ -511,18 +547,23 @@ Deno.test("reconcile: claims of another host under this node name, or of no host
   await withTempDir(async (dir) => {
     const w = await setup(dir);
     await Deno.writeTextFile(`${dir}/other-machine-id`, "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f\n");
-    const other = w.lease("clone", { node: { hostIdFile: `${dir}/other-machine-id` } });
-    const legacy = w.lease("legacy").map((c) => {
+    // Neither is in this node's record: another machine, or a plugin before records, made them.
+    const other = w.lease("clone", { node: { hostIdFile: `${dir}/other-machine-id` } }, false);
+    const legacy = w.lease("legacy", {}, false).map((c) => {
       const { "milo-ipam.io/host": _, ...rest } = c.metadata.annotations!;
       return w.stub.put({ ...c, metadata: { ...c.metadata, annotations: rest } });
     });
     for (let i = 0; i < 3; i++) {
       const r = await w.run();
-      assert.deepEqual(r.otherHosts, [{ host: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", claims: 2 }]);
-      for (const c of other) {
-        assert.match(keptFor(r, c)[0], /^made by host 0f0f.*another host under this node name/);
-      }
-      for (const c of legacy) assert.match(keptFor(r, c)[0], /^records no host/);
+      // Only the run that lists Milo (the first: the node had no record) sees them.
+      assert.equal(r.listed, i === 0);
+      if (i === 0) {
+        assert.deepEqual(r.otherHosts, [{ host: "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f", claims: 2 }]);
+        for (const c of other) {
+          assert.match(keptFor(r, c)[0], /^made by host 0f0f.*another host under this node name/);
+        }
+        for (const c of legacy) assert.match(keptFor(r, c)[0], /^records no host/);
+      } else assert.deepEqual(r.otherHosts, []);
       w.clock.t += GRACE_MS;
     }
     for (const c of [...other, ...legacy]) assert.ok(w.stub.get(c.metadata.name), c.metadata.name);
@@ -560,7 +601,7 @@ Deno.test("reconcile: a node whose stateDir was lost judges its own claims again
 
 Deno.test("reconcile: a LIST over 200,000 claims across its pages is 105 naming MAX_LIST_ITEMS; nothing released", async () => {
   await withTempDir(async (dir) => {
-    const { stub, clock, orphan, run } = await setup(dir);
+    const { stub, clock, orphan, run, node } = await setup(dir);
     await run();
     clock.t += GRACE_MS; // the orphan is due: a whole list would release it now
     // Pages of 10,000 tiny claims; the list would end at page 25, with this node's orphan.
@@ -577,12 +618,48 @@ Deno.test("reconcile: a LIST over 200,000 claims across its pages is 105 naming 
       },
     });
     stub.requests.length = 0;
-    await assert.rejects(run(), (e: Error & { code?: number }) => {
+    const listing = () =>
+      reconcile({
+        node,
+        milo: stub.client(),
+        graceMs: GRACE_MS,
+        dryRun: false,
+        list: true,
+        now: () => clock.t,
+      });
+    await assert.rejects(listing(), (e: Error & { code?: number }) => {
       assert.equal(e.code, 105);
       assert.match(e.message, /more than 200,000 items across its pages \(MAX_LIST_ITEMS\)/);
       return true;
     });
     assert.equal(pages, 21);
     assert.equal(stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("reconcile: an idle node sends Milo nothing; it lists only without a record", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    await w.cache("orphan");
+    const first = await w.run();
+    assert.equal(first.listed, true, "the node had no record yet: it listed once");
+    assert.equal(w.stub.seen("GET").length, 1);
+    w.stub.requests.length = 0;
+    for (let i = 0; i < 3; i++) {
+      w.clock.t += GRACE_MS;
+      const r = await w.run();
+      assert.equal(r.listed, false);
+      assert.deepEqual(r.released, []);
+    }
+    assert.deepEqual(w.stub.requests, [], "no request while every recorded claim is live");
+    const listed = await reconcile({
+      node: w.node,
+      milo: w.stub.client(),
+      graceMs: GRACE_MS,
+      dryRun: false,
+      list: true,
+      now: () => w.clock.t,
+    });
+    assert.equal(listed.listed, true, "--list lists again");
   });
 });
