@@ -1,6 +1,7 @@
-/** The admin listener (loopback, no auth): faults and counters. */
+/** The admin listener (loopback, no auth): faults, limits and counters. */
 
 import { defaultFaults, FaultError, type Faults, mergeFaults } from "./faults.ts";
+import { type Limits, LimitsError, mergeLimits } from "./limits.ts";
 import type { Stats } from "./stats.ts";
 
 /** What the admin endpoints act on. */
@@ -8,6 +9,10 @@ export interface AdminContext {
   faults(): Faults;
   /** Puts new fault settings in force (opening or closing the API listener for `down`). */
   setFaults(next: Faults): Promise<void>;
+  limits(): Limits;
+  /** The limits milo-dev started with (its flags): the base of PUT and DELETE. */
+  startLimits(): Limits;
+  setLimits(next: Limits): void;
   stats(): Stats;
   resetStats(): Stats;
 }
@@ -19,7 +24,7 @@ export interface AdminServer {
 }
 
 const HELP =
-  "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET /stats   POST /stats/reset\n  GET /healthz\n";
+  "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET|PUT|POST|DELETE /limits\n  GET /stats   POST /stats/reset\n  GET /healthz\n";
 
 function json(v: unknown, status = 200): Response {
   return new Response(JSON.stringify(v, null, 2) + "\n", {
@@ -46,6 +51,20 @@ async function handle(req: Request, ctx: AdminContext): Promise<Response> {
       return json(ctx.faults());
     }
   }
+  if (pathname === "/limits") {
+    if (m === "GET") return json(ctx.limits());
+    if (m === "DELETE") {
+      ctx.setLimits(ctx.startLimits());
+      return json(ctx.limits());
+    }
+    if (m === "PUT" || m === "POST" || m === "PATCH") {
+      const patch = await req.json().catch(() => {
+        throw new LimitsError("body must be JSON");
+      });
+      ctx.setLimits(mergeLimits(m === "PUT" ? ctx.startLimits() : ctx.limits(), patch));
+      return json(ctx.limits());
+    }
+  }
   if (pathname === "/stats" && m === "GET") return json(ctx.stats());
   if ((pathname === "/stats/reset" && m === "POST") || (pathname === "/stats" && m === "DELETE")) {
     return json(ctx.resetStats());
@@ -68,7 +87,7 @@ export function serveAdmin(host: string, port: number, ctx: AdminContext): Admin
     try {
       return await handle(req, ctx);
     } catch (err) {
-      if (err instanceof FaultError || err instanceof SyntaxError) {
+      if (err instanceof FaultError || err instanceof LimitsError || err instanceof SyntaxError) {
         return json({ error: err.message }, 400);
       }
       return json({ error: String(err) }, 500);

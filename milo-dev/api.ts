@@ -1,6 +1,7 @@
 /** The `ipam.miloapis.com/v1alpha1` REST surface: routing, auth, lists. */
 
 import type { Ipam } from "./ipam.ts";
+import type { AllocationCeiling } from "./limits.ts";
 import {
   API_VERSION,
   type ApiObject,
@@ -23,6 +24,7 @@ import {
   methodNotAllowed,
   noRoute,
   notFound,
+  tooManyRequests,
   unauthorized,
 } from "./status.ts";
 
@@ -39,6 +41,18 @@ export interface Reply {
   status: number;
   body: unknown;
   headers?: Record<string, string>;
+  /** What the request cost, for the counters. */
+  meter?: Meter;
+}
+
+/** The cost of one request, as the real server would bear it. */
+export interface Meter {
+  /** A LIST: the kind and the rows read (every object under the key prefix, before selectors). */
+  list?: { kind: string; rows: number };
+  /** A claim create refused by the allocation ceiling. */
+  throttled?: true;
+  /** A claim create that committed an allocation (not a dry run). */
+  allocated?: true;
 }
 
 const GROUP_PREFIX = "/apis/ipam.miloapis.com/v1alpha1";
@@ -194,6 +208,8 @@ export interface ApiRequest {
   authorization: string | null;
   body: string;
   failRelease?: boolean;
+  /** The allocation ceiling claim creates pass first (none: unlimited). */
+  ceiling?: AllocationCeiling;
 }
 
 /** Resolves the caller's project from the bearer token and the path. */
@@ -229,6 +245,14 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   const { resource, namespace: ns, name } = req.route;
   const q = req.url.searchParams;
   const m = req.method;
+  if (resource === "ipclaims" && m === "POST" && ns !== undefined && name === undefined) {
+    // Admission comes after authentication and before anything else, as APF in the apiserver.
+    const a = req.ceiling?.admit() ?? { admitted: true };
+    if (!a.admitted) {
+      const e = tooManyRequests(a.retryAfterSeconds);
+      return { status: 429, body: e.status, headers: e.headers, meter: { throttled: true } };
+    }
+  }
   const rv = () => ipam.resourceVersion();
   const dryRun = q.getAll("dryRun");
   if (dryRun.some((d) => d !== "All")) throw badRequest(`dryRun must be "All"`);
@@ -249,19 +273,23 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     return {
       status: 200,
       body: list(classes ? "IPClassList" : "IPPoolList", items, q, CLUSTER_FIELDS, rv()),
+      meter: { list: { kind: resource, rows: items.length } },
     };
   }
   if (resource === "ipclaims") {
     if (name === undefined) {
       if (m === "GET") {
+        const items = ipam.listClaims(project, ns);
         return {
           status: 200,
-          body: list("IPClaimList", ipam.listClaims(project, ns), q, CLAIM_FIELDS, rv()),
+          body: list("IPClaimList", items, q, CLAIM_FIELDS, rv()),
+          meter: { list: { kind: resource, rows: items.length } },
         };
       }
       if (m === "POST" && ns !== undefined) {
         const body = parseJsonBody(req.body);
-        return { status: 201, body: ipam.createClaim(project, ns, body, isDry) };
+        const claim = ipam.createClaim(project, ns, body, isDry);
+        return { status: 201, body: claim, meter: isDry ? {} : { allocated: true } };
       }
       throw methodNotAllowed();
     }
@@ -280,9 +308,11 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   }
   if (m !== "GET") throw methodNotAllowed();
   if (name === undefined) {
+    const items = ipam.listAllocations(project, ns);
     return {
       status: 200,
-      body: list("IPAllocationList", ipam.listAllocations(project, ns), q, ALLOC_FIELDS, rv()),
+      body: list("IPAllocationList", items, q, ALLOC_FIELDS, rv()),
+      meter: { list: { kind: resource, rows: items.length } },
     };
   }
   return { status: 200, body: ipam.getAllocation(project, ns!, name) };

@@ -7,9 +7,10 @@
 import http from "node:http";
 import https from "node:https";
 import type { Socket } from "node:net";
-import { authenticate, handleApi, notARoute, parseRoute, type Reply } from "./api.ts";
+import { authenticate, handleApi, type Meter, notARoute, parseRoute, type Reply } from "./api.ts";
 import type { Decision, Faults, FaultState } from "./faults.ts";
 import type { Ipam } from "./ipam.ts";
+import type { AllocationCeiling } from "./limits.ts";
 import { renderPage, utilization } from "./page.ts";
 import { bump, type Stats } from "./stats.ts";
 import { ApiError, injected } from "./status.ts";
@@ -25,6 +26,8 @@ export interface ListenerOptions {
   tls?: { cert: string; key: string };
   ipam: Ipam;
   faults: FaultState;
+  /** The allocation ceiling claim creates pass. */
+  ceiling: AllocationCeiling;
   /** The counters in force (a reset replaces them). */
   stats: () => Stats;
   log: (line: string) => void;
@@ -168,8 +171,10 @@ export class ApiListener {
           authorization,
           body,
           failRelease: d.failRelease,
+          ceiling: this.#o.ceiling,
         });
         if (d.failRelease) stats.faults.releaseFail++;
+        if (reply.meter) count(stats, reply.meter);
       } else {
         const other = { method, url, route: { resource: "other" }, authorization, body };
         authenticate(this.#o.ipam, other);
@@ -250,6 +255,19 @@ async function readBody(
   return new TextDecoder().decode(
     chunks.length === 1 ? chunks[0] : new Uint8Array(chunks.flatMap((c) => [...c])),
   );
+}
+
+/** Adds a request's cost to the counters. */
+function count(stats: Stats, m: Meter): void {
+  if (m.list) {
+    stats.lists++;
+    stats.listRowsScanned += m.list.rows;
+    const k = stats.listsByKind[m.list.kind] ??= { lists: 0, rowsScanned: 0 };
+    k.lists++;
+    k.rowsScanned += m.list.rows;
+  }
+  if (m.throttled) stats.throttled++;
+  if (m.allocated) stats.allocations++;
 }
 
 function send(res: http.ServerResponse, reply: Reply, timing: string): void {

@@ -6,6 +6,12 @@
 import { serveAdmin } from "./admin.ts";
 import { FaultState } from "./faults.ts";
 import { Ipam } from "./ipam.ts";
+import {
+  AllocationCeiling,
+  checkAllocationsPerSecond,
+  defaultLimits,
+  type Limits,
+} from "./limits.ts";
 import { ApiListener } from "./listener.ts";
 import { loadSeedFile, type Seed, validateSeed } from "./seed.ts";
 import { newStats } from "./stats.ts";
@@ -27,6 +33,8 @@ export interface ServerOptions {
   keyFile?: string;
   /** Admin address `HOST:PORT` (loopback only); default `127.0.0.1:0`. */
   admin?: string;
+  /** Claim creates admitted per sliding second; default 370 (Milo's ceiling); 0: unlimited. */
+  allocationsPerSecond?: number;
   /** Log lines (default: stderr). */
   log?: (line: string) => void;
 }
@@ -37,6 +45,8 @@ export interface MiloDevServer {
   adminUrl: string;
   ipam: Ipam;
   faults: FaultState;
+  /** The allocation ceiling (admin `/limits`). */
+  ceiling: AllocationCeiling;
   /** Stops both listeners and closes the database. */
   close(): Promise<void>;
 }
@@ -65,6 +75,12 @@ function urlHost(host: string): string {
 export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
   const log = opts.log ?? ((line: string) => console.error(line));
   const seed: Seed = opts.seedPath ? await loadSeedFile(opts.seedPath) : validateSeed(opts.seed);
+  const startLimits: Limits = {
+    ...defaultLimits(),
+    ...(opts.allocationsPerSecond === undefined
+      ? {}
+      : { allocationsPerSecond: checkAllocationsPerSecond(opts.allocationsPerSecond) }),
+  };
   const { host, port, tls, admin } = await resolveListeners(opts);
   const store = new Store(opts.dbPath);
   let ipam: Ipam;
@@ -75,8 +91,9 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     throw err;
   }
   const faults = new FaultState();
+  const ceiling = new AllocationCeiling(startLimits);
   let stats = newStats(tls !== undefined);
-  const api = new ApiListener({ host, port, tls, ipam, faults, stats: () => stats, log });
+  const api = new ApiListener({ host, port, tls, ipam, faults, ceiling, stats: () => stats, log });
   try {
     await api.listen();
   } catch (err) {
@@ -96,6 +113,9 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
         log("milo-dev: API listener is up again");
       }
     },
+    limits: () => ceiling.get(),
+    startLimits: () => ({ ...startLimits }),
+    setLimits: (next) => ceiling.set(next),
     stats: () => stats,
     resetStats: () => stats = newStats(tls !== undefined),
   });
@@ -105,6 +125,7 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     adminUrl: `http://${urlHost(admin.host)}:${adminServer.port}`,
     ipam,
     faults,
+    ceiling,
     close() {
       closed ??= (async () => {
         await Promise.all([adminServer.close(), api.close()]);

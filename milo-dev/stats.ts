@@ -13,6 +13,20 @@ export interface Stats {
   connections: number;
   /** TLS handshakes completed on them (HTTPS only); a failed handshake counts as a connection only. */
   tlsHandshakes?: number;
+  /** LISTs answered (collection GETs of every kind; a 400 or 410 before the read is not one). */
+  lists: number;
+  /**
+   * Rows those LISTs read: every object of the kind in the project (and the
+   * namespace when the path has one), before label and field selectors, as
+   * Milo's `GetList` reads the whole key prefix and filters in Go.
+   */
+  listRowsScanned: number;
+  /** `lists` and `listRowsScanned` per resource (`ipclaims`, `ipallocations`, `ippools`, `ipclasses`). */
+  listsByKind: Record<string, { lists: number; rowsScanned: number }>;
+  /** Claim creates answered 429 by the allocation ceiling (injected 429s count in `faults.error`). */
+  throttled: number;
+  /** Claim creates that committed an allocation (201, not a dry run). */
+  allocations: number;
   since: string;
 }
 
@@ -27,6 +41,11 @@ export function newStats(tls: boolean): Stats {
     page: { html: 0, feed: 0 },
     connections: 0,
     ...(tls ? { tlsHandshakes: 0 } : {}),
+    lists: 0,
+    listRowsScanned: 0,
+    listsByKind: {},
+    throttled: 0,
+    allocations: 0,
     since: new Date().toISOString(),
   };
 }

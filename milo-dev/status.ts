@@ -185,18 +185,29 @@ export function exhausted(
   );
 }
 
+/**
+ * 429 TooManyRequests with `Retry-After` (whole seconds): the allocation
+ * ceiling's answer and the injected 429. The Status is apimachinery's
+ * `NewTooManyRequests(message, retryAfterSeconds)` (reason, code,
+ * `details.retryAfterSeconds`; the apiserver copies it into `Retry-After`),
+ * with the message API Priority and Fairness rejects with.
+ */
+export function tooManyRequests(retryAfterSeconds: number): ApiError {
+  return new ApiError(
+    429,
+    "TooManyRequests",
+    "Too many requests, please try again later.",
+    { retryAfterSeconds },
+    { "retry-after": String(retryAfterSeconds) },
+  );
+}
+
 /** A Status for an injected overload/failure answer (429, 5xx). */
 export function injected(code: number, retryAfterSeconds: number): ApiError {
   const retry = { "retry-after": String(retryAfterSeconds) };
   switch (code) {
     case 429:
-      return new ApiError(
-        429,
-        "TooManyRequests",
-        "Too many requests, please try again later.",
-        { retryAfterSeconds },
-        retry,
-      );
+      return tooManyRequests(retryAfterSeconds);
     case 503:
       return new ApiError(
         503,

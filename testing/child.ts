@@ -21,7 +21,8 @@ export interface ChildConfig {
   dbPath: string;
   listen: string;
   admin: string;
-  tlsArgs: string[];
+  /** Arguments appended to milo-dev's command line (TLS, limits). */
+  extraArgs: string[];
 }
 
 /** The milo-dev process. */
@@ -76,7 +77,7 @@ export class Child {
       c.admin,
     ];
     const child = new Deno.Command(cmd, {
-      args: [...args, ...flags, ...c.tlsArgs],
+      args: [...args, ...flags, ...c.extraArgs],
       cwd: ROOT,
       stdin: "null",
       stdout: "piped",

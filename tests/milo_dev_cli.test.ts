@@ -143,6 +143,19 @@ Deno.test("milo-dev CLI: one ready line, clean SIGTERM, YAML seed, loopback rule
     assert.match(bad.stderr, /duplicate project/);
     const usage = await runCli(["--db", `${dir}/db4`]);
     assert.equal(usage.code, 2);
+    for (const n of ["-1", "1.5", "x", "1000001"]) {
+      const r = await runCli([
+        "--seed",
+        `${dir}/seed.yaml`,
+        "--db",
+        `${dir}/db5`,
+        "--listen",
+        ":0",
+        `--allocations-per-second=${n}`,
+      ]);
+      assert.equal(r.code, 2, n);
+      assert.match(r.stderr, /--allocations-per-second must be an integer in 0\.\.1000000/, n);
+    }
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
