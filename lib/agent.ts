@@ -16,6 +16,7 @@ import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { Holdings } from "./holdings.ts";
+import { MiloLimiter } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
 import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
@@ -57,6 +58,8 @@ export class Agent {
   readonly metrics = new Metrics();
   readonly #env: (name: string) => string | undefined;
   readonly #warm = new WarmClient();
+  /** One limiter of Milo requests for every call and the reconcile (lib/limiter.ts). */
+  readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
   readonly #logger = new Logger();
   #listener: Deno.Listener | undefined;
@@ -269,6 +272,7 @@ export class Agent {
       deadline,
       client,
       signal,
+      limiter: this.#limiter,
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
@@ -323,6 +327,8 @@ export class Agent {
   async #renderMetrics(): Promise<string> {
     const size = await Deno.stat(`${this.#node.stateDir}/${FALLBACK_COUNTER}`)
       .then((s) => s.size, () => 0);
+    this.metrics.rateLimit.set(this.#limiter.rate);
+    this.metrics.concurrencyLimit.set(this.#limiter.concurrency);
     return this.metrics.render(size);
   }
 }

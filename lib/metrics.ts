@@ -32,7 +32,8 @@ class Gauge {
   }
 
   lines(name: string): string[] {
-    return [`${name} ${this.#value}`];
+    const v = this.#value === Infinity ? "+Inf" : String(Math.round(this.#value * 1000) / 1000);
+    return [`${name} ${v}`];
   }
 }
 
@@ -75,6 +76,9 @@ export class Metrics {
   readonly reconcileBrakes = new Counter();
   readonly otherHostClaims = new Gauge();
   readonly tokenReloadFailures = new Counter();
+  readonly throttled = new Counter();
+  readonly rateLimit = new Gauge();
+  readonly concurrencyLimit = new Gauge();
 
   /** Prometheus text exposition; `fallbacks` is read from the plugin's counter file. */
   render(fallbacks: number): string {
@@ -107,6 +111,25 @@ export class Metrics {
         "counter",
         "Requests to Milo that were retries of an earlier attempt.",
         this.retries.lines("milo_ipam_milo_retries_total"),
+      ),
+      ...family(
+        "milo_ipam_milo_throttled_total",
+        "counter",
+        "The node's Milo limiter: requests queued for a slot, failed unsent at their deadline " +
+          "(expired), pauses on 429/503 (paused), and cuts of its limits (cut), by event.",
+        this.throttled.lines("milo_ipam_milo_throttled_total"),
+      ),
+      ...family(
+        "milo_ipam_milo_rate_limit",
+        "gauge",
+        "Requests per second the node's Milo limiter allows now (+Inf: no limit).",
+        this.rateLimit.lines("milo_ipam_milo_rate_limit"),
+      ),
+      ...family(
+        "milo_ipam_milo_concurrency_limit",
+        "gauge",
+        "Milo requests the node's limiter lets be in flight at once now.",
+        this.concurrencyLimit.lines("milo_ipam_milo_concurrency_limit"),
       ),
       ...family(
         "milo_ipam_fallbacks_total",

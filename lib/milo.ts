@@ -24,6 +24,7 @@ import {
   statusError,
   statusOf,
 } from "./milo_objects.ts";
+import type { MiloLimiter, Slot } from "./limiter.ts";
 import { ListTally, utf8Length } from "./list_bound.ts";
 import { after } from "./timers.ts";
 
@@ -76,6 +77,16 @@ export interface ClientOptions {
   fetch?: typeof fetch;
   sleep?: (ms: number) => Promise<void>;
   random?: () => number;
+  /** The clock of deadlines (ms since epoch); default `Date.now`. */
+  now?: () => number;
+  /**
+   * The node's limiter (the agent's, shared by every call): each attempt
+   * waits for a slot, one that gets none before the deadline is not sent, and
+   * each answer is reported to it. A 429 or 503 then waits on the limiter's
+   * node-wide pause instead of this request's own. Without one (the exec'd
+   * plugin), a `Retry-After` is waited with full jitter.
+   */
+  limiter?: MiloLimiter;
   /** Called after every attempt. */
   onRequest?: (e: RequestEvent) => void;
   /**
@@ -109,6 +120,7 @@ export class MiloClient {
   readonly #fetch: typeof fetch;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
+  readonly #now: () => number;
 
   constructor(options: ClientOptions, counter = { n: 0, unansweredCreates: 0 }) {
     this.#o = options;
@@ -116,6 +128,7 @@ export class MiloClient {
     this.#fetch = options.fetch ?? fetch;
     this.#sleep = options.sleep ?? after;
     this.#random = options.random ?? Math.random;
+    this.#now = options.now ?? Date.now;
   }
 
   /** HTTP requests sent so far by this client and its {@link withDeadline} copies. */
@@ -295,16 +308,32 @@ export class MiloClient {
     const headers = this.#headers(body !== undefined);
     let last = "no attempt made";
     let attempts = 0;
+    const gone = () => new CniError("transient", `${what}: stopped, the caller is gone`, last);
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-      if (o.signal?.aborted) {
-        throw new CniError("transient", `${what}: stopped, the caller is gone`, last);
+      if (o.signal?.aborted) throw gone();
+      if (o.deadline - this.#now() <= 0) break;
+      let slot: Slot | undefined;
+      if (o.limiter) {
+        const got = await o.limiter.acquire(o.deadline, o.signal);
+        if (got === "aborted") throw gone();
+        if (got === "deadline") {
+          last = `${
+            attempts ? `${last}; then ` : ""
+          }no request slot of the node before the deadline`;
+          break;
+        }
+        slot = got;
       }
-      const remaining = o.deadline - Date.now();
-      if (remaining <= 0) break;
+      const remaining = o.deadline - this.#now();
+      if (remaining <= 0) {
+        slot?.done({ status: "error" });
+        break;
+      }
       let wait = this.#backoff(attempt);
       this.#counter.n++;
       attempts++;
       let status: number | "error" = "error";
+      let hinted: number | undefined;
       try {
         const res = await this.#fetch(url, {
           method,
@@ -315,6 +344,7 @@ export class MiloClient {
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
+        hinted = retryAfterMs(res.headers.get("retry-after"));
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
@@ -335,16 +365,21 @@ export class MiloClient {
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
-        const hinted = retryAfterMs(res.headers.get("retry-after"));
-        if (hinted !== undefined) wait = Math.max(wait, hinted);
+        if (slot && (status === 429 || status === 503)) {
+          wait = 0; // The limiter's node-wide pause and pacing stand for this request's own.
+        } else if (hinted !== undefined) {
+          // Full jitter: callers refused together do not come back together.
+          wait = Math.max(wait, Math.round(this.#random() * hinted));
+        }
       } catch (err) {
         last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
       } finally {
+        slot?.done({ status, retryAfterMs: hinted });
         if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
         o.onRequest?.({ method, status, attempt });
       }
-      if (attempt === MAX_ATTEMPTS || Date.now() + wait >= o.deadline) break;
-      await this.#pause(wait);
+      if (attempt === MAX_ATTEMPTS || this.#now() + wait >= o.deadline) break;
+      if (wait > 0) await this.#pause(wait);
     }
     throw new CniError(
       "transient",

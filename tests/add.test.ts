@@ -409,7 +409,7 @@ Deno.test("ADD against a persistent 503: code 11 after 8 attempts, backoff injec
   });
 });
 
-Deno.test("ADD retries 503 (honouring Retry-After) and a refused connection, then leases", async () => {
+Deno.test("ADD retries 503 (honouring Retry-After, jittered) and a refused connection, then leases", async () => {
   await withStub(async (stub, inv) => {
     stub.inject({
       method: "POST",
@@ -419,7 +419,7 @@ Deno.test("ADD retries 503 (honouring Retry-After) and a refused connection, the
     const r = await add(inv({ ipam: V4 }));
     assert.deepEqual(r.output?.ips, [{ address: "10.40.0.7/32", gateway: "169.254.1.1" }]);
     assert.equal(stub.seen("POST").length, 3);
-    assert.deepEqual(stub.sleeps, [2_000, 150]);
+    assert.deepEqual(stub.sleeps, [1_000, 150], "random 0.5 x Retry-After 2 s, then backoff");
   });
 });
 

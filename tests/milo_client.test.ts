@@ -5,7 +5,9 @@ import { clip, CniError, QUOTE_CHARS } from "../lib/errors.ts";
 import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
+import { MiloLimiter } from "../lib/limiter.ts";
 import { type ClientOptions, MiloClient } from "../lib/milo.ts";
+import { VirtualClock } from "../testing/virtual_clock.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
 const fixture = (name: string): unknown =>
@@ -209,14 +211,28 @@ Deno.test("claim names from Milo must be DNS-1123 subdomains before they reach a
   }
 });
 
-Deno.test("503 with Retry-After is retried after the advertised delay", async () => {
+Deno.test("503 with Retry-After is retried after a jittered share of the advertised delay", async () => {
   const { client, seen, sleeps } = scripted([
     { status: 503, body: fixture("status-503-unavailable.json"), headers: { "retry-after": "1" } },
     { status: 201, body: fixture("ipclaim-bound-ipv4.json") },
   ]);
   assert.ok(await client.createClaim({}));
   assert.equal(seen.length, 2);
-  assert.deepEqual(sleeps, [1000]);
+  assert.deepEqual(sleeps, [500], "random 0.5 x Retry-After 1 s");
+});
+
+Deno.test("without the agent, callers refused together come back spread over the Retry-After", async () => {
+  const waits: number[] = [];
+  for (const r of [0.05, 0.35, 0.65, 0.95]) {
+    const { client, sleeps } = scripted([
+      { status: 429, body: { kind: "Status", code: 429 }, headers: { "retry-after": "2" } },
+      { status: 201, body: fixture("ipclaim-bound-ipv4.json") },
+    ], { random: () => r });
+    assert.ok(await client.createClaim({}));
+    waits.push(...sleeps);
+  }
+  // Full jitter over [0, 2 s]; never shorter than the backoff of a first retry (50 to 100 ms).
+  assert.deepEqual(waits, [100, 700, 1300, 1900]);
 });
 
 Deno.test("429 and connection errors are retried with bounded, growing backoff", async () => {
@@ -583,4 +599,153 @@ Deno.test("GET of a claim must answer that claim: another name is 105", async ()
   const err = await rejects(scripted([{ status: 200, body: other }]).client.getClaim("mine"));
   assert.equal(err.code, 105);
   assert.match(err.message, /GET of claim mine answered another claim/);
+});
+
+/**
+ * A Milo that admits `perS` creates per sliding second (as milo-dev's
+ * `--allocations-per-second`) and answers 429 with `Retry-After: 1` beyond,
+ * on a simulated clock: 5 ms to create, 1 ms to refuse.
+ */
+function ceilingMilo(clock: VirtualClock, perS: number) {
+  let admitted: number[] = [];
+  const claim = JSON.stringify(fixture("ipclaim-bound-ipv4.json"));
+  const refusal = JSON.stringify({ kind: "Status", code: 429, reason: "TooManyRequests" });
+  return (node: { posts: number; created: number }) =>
+    (async () => {
+      node.posts++;
+      admitted = admitted.filter((t) => t > clock.now() - 1000);
+      const ok = admitted.length < perS;
+      if (ok) admitted.push(clock.now());
+      await clock.sleep(ok ? 5 : 1);
+      if (!ok) return new Response(refusal, { status: 429, headers: { "retry-after": "1" } });
+      node.created++;
+      return new Response(claim, { status: 201 });
+    }) as typeof fetch;
+}
+
+/**
+ * A boot storm on simulated time: `nodes` nodes each run `pods` dual-stack
+ * ADDs (two POSTs at once), started `spreadMs` apart in all, each within
+ * `deadlineMs`, against one Milo admitting `perS` creates a second. A node's
+ * calls share its limiter (the agent's), or have none (the exec'd plugin).
+ */
+async function storm(o: {
+  nodes: number;
+  pods: number;
+  perS: number;
+  spreadMs?: number;
+  deadlineMs?: number;
+  limiter?: boolean;
+  seed?: number;
+}) {
+  const clock = new VirtualClock();
+  let seed = o.seed ?? 1;
+  const random = () => (seed = (seed * 16807) % 2147483647) / 2147483647;
+  const milo = ceilingMilo(clock, o.perS);
+  const nodes = Array.from({ length: o.nodes }, () => ({
+    posts: 0,
+    created: 0,
+    calls: 0,
+    ok: 0,
+    limiter: new MiloLimiter({ now: clock.now, timer: clock.timer, random }),
+  }));
+  const started = clock.now();
+  const work = nodes.flatMap((node) =>
+    Array.from({ length: o.pods }, async (_, i) => {
+      await clock.sleep(i * (o.spreadMs ?? 0) / o.pods);
+      const client = new MiloClient({
+        baseUrl: "https://milo.test",
+        namespace: "default",
+        token: TOKEN,
+        requestMs: 2_000,
+        deadline: clock.now() + (o.deadlineMs ?? 8_000),
+        fetch: milo(node),
+        sleep: clock.sleep,
+        random,
+        now: clock.now,
+        limiter: o.limiter === false ? undefined : node.limiter,
+      });
+      const both = await Promise.allSettled([client.createClaim({}), client.createClaim({})]);
+      node.calls++;
+      if (both.every((r) => r.status === "fulfilled")) node.ok++;
+    })
+  );
+  await clock.run(Promise.all(work));
+  return { nodes, ms: clock.now() - started };
+}
+
+const perClaim = (n: { posts: number; created: number }) => n.posts / n.created;
+
+Deno.test("a storm at 2x the ceiling via the agent's limiter: <= 1.2 requests per created claim", async () => {
+  const at = (o: Parameters<typeof storm>[0]) => storm(o).then((r) => r.nodes);
+  // 32 dual-stack ADDs at once against 16 creates/s (milo-dev's ceiling test); and 32
+  // creates/s offered for 2 s by one node, and by two nodes at 16/s each.
+  const cases = [
+    { what: "32 ADDs at once", o: { nodes: 1, pods: 32, perS: 16 } },
+    { what: "16 ADDs/s for 2 s", o: { nodes: 1, pods: 32, perS: 16, spreadMs: 2_000 } },
+    { what: "2 nodes x 8 ADDs/s for 4 s", o: { nodes: 2, pods: 32, perS: 16, spreadMs: 4_000 } },
+  ];
+  for (const c of cases) {
+    for (const seed of [1, 2, 3]) {
+      for (const n of await at({ ...c.o, seed })) {
+        assert.equal(n.ok, n.calls, `${c.what} (seed ${seed}): every ADD within its deadline`);
+        assert.ok(
+          perClaim(n) <= 1.2,
+          `${c.what} (seed ${seed}): ${n.posts} POSTs for ${n.created} claims`,
+        );
+      }
+    }
+  }
+});
+
+Deno.test("the same storm without the limiter (the exec'd plugin) resends: the contrast", async () => {
+  const { nodes: [alone] } = await storm({ nodes: 1, pods: 32, perS: 16, limiter: false });
+  assert.equal(alone.ok, 32, "jittered retries still make it within the deadline");
+  assert.ok(perClaim(alone) > 2, `${alone.posts} POSTs for ${alone.created} claims`);
+});
+
+Deno.test("a storm that fits its deadline at 2/3 of the ceiling: every ADD succeeds", async () => {
+  // Two nodes x 32 dual-stack ADDs: 128 creates, 8 s at 16/s; each ADD has 12 s.
+  const { nodes } = await storm({ nodes: 2, pods: 32, perS: 16, deadlineMs: 12_000 });
+  for (const n of nodes) {
+    assert.equal(n.ok, 32);
+    assert.ok(perClaim(n) <= 1.2, `${n.posts} POSTs for ${n.created} claims`);
+  }
+});
+
+Deno.test("a request that gets no slot of the limiter before its deadline fails with 11, unsent", async () => {
+  const clock = new VirtualClock();
+  const limiter = new MiloLimiter({ now: clock.now, timer: clock.timer, random: () => 0.5 });
+  const client = (deadlineMs: number, fetch: typeof globalThis.fetch) =>
+    new MiloClient({
+      baseUrl: "https://milo.test",
+      namespace: "default",
+      token: TOKEN,
+      requestMs: 1_000,
+      deadline: clock.now() + deadlineMs,
+      fetch,
+      sleep: clock.sleep,
+      now: clock.now,
+      limiter,
+    });
+  let sent = 0;
+  const refuse = (() => {
+    sent++;
+    return Promise.resolve(new Response("{}", { status: 429, headers: { "retry-after": "8" } }));
+  }) as typeof fetch;
+  // One call is refused with Retry-After: 8 s; the node pauses 4 s (random 0.5).
+  const first = clock.run(client(3_000, refuse).createClaim({}).then(() => null, (e) => e));
+  const err = await first;
+  assert.ok(err instanceof CniError);
+  assert.equal(err.code, 11);
+  assert.match(err.details, /no request slot of the node before the deadline/);
+  assert.equal(sent, 1);
+  // Another call of the node, whose deadline comes before the pause ends: not sent at all.
+  const other = await clock.run(
+    client(2_000, refuse).getClaim("pod-1-v4").then(() => null, (e) => e),
+  );
+  assert.ok(other instanceof CniError);
+  assert.equal(other.code, 11);
+  assert.match(other.details, /after 0 attempt\(s\)/);
+  assert.equal(sent, 1, "nothing sent during the node's pause");
 });

@@ -287,3 +287,42 @@ Deno.test("agent: a call it answers loads only the thin client's modules", async
     await milo.stop();
   }
 });
+
+Deno.test("agent: a boot storm at 2x Milo's allocation ceiling: every ADD, <= 1.2 POSTs per claim", async () => {
+  // 32 dual-stack ADDs at once: 64 creates offered against 16 a second (4 s at the ceiling),
+  // under the production timeouts (a call's requests end 8 s after its process starts).
+  const milo = await startMiloDev({ seed: PLUGIN_SEED, allocationsPerSecond: 16 });
+  const metrics = `127.0.0.1:${freePort()}`;
+  const p = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    agent: true,
+    agentMetrics: metrics,
+    nodeConfig: { timeouts: { requestMs: 2_000, totalMs: 10_000 } },
+  });
+  try {
+    await p.startAgent();
+    await milo.resetStats();
+    const conf = p.netConf();
+    const ids = Array.from({ length: 32 }, (_, i) => `storm-${i}`);
+    const adds = await Promise.all(
+      ids.map((id) => p.run({ command: "ADD", containerId: id, stdin: conf, timeoutMs: 20_000 })),
+    );
+    adds.forEach((r) => assertOk(r));
+    for (const id of ids) assert.deepEqual(await logged(p.logFile, id), ["agent"], id);
+    const stats = await milo.stats();
+    const posts = stats.byMethod.POST ?? 0;
+    assert.equal(stats.allocations, 64, "one claim per family per ADD");
+    assert.ok(stats.throttled > 0, "the storm met the ceiling");
+    assert.ok(
+      posts / stats.allocations <= 1.2,
+      `${posts} POSTs (${stats.throttled} refused) for ${stats.allocations} claims`,
+    );
+    const text = await (await fetch(`http://${metrics}/metrics`)).text();
+    assert.match(text, /milo_ipam_milo_throttled_total\{event="cut"\} [1-9]/);
+    assert.match(text, /milo_ipam_milo_rate_limit \d/, "a finite rate after the storm");
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});

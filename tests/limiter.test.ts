@@ -1,0 +1,239 @@
+/**
+ * The agent's node-wide limiter of Milo requests alone, on a simulated clock:
+ * it cuts on 429/503, recovers gradually, pauses every caller on a
+ * Retry-After with full jitter, and fails a queued request at its deadline
+ * without sending it.
+ */
+import assert from "node:assert/strict";
+import { type LimiterEvent, LIMITS, MiloLimiter, type Slot } from "../lib/limiter.ts";
+import { VirtualClock } from "../testing/virtual_clock.ts";
+
+function limiter(random = () => 0.5) {
+  const clock = new VirtualClock(0);
+  const events: LimiterEvent[] = [];
+  const l = new MiloLimiter({
+    now: clock.now,
+    timer: clock.timer,
+    random,
+    onEvent: (e) => events.push(e),
+  });
+  /** A slot, on the simulated clock: the time it came, or the reason none did. */
+  const take = async (deadline = Infinity, signal?: AbortSignal) => {
+    const got = await clock.run(l.acquire(deadline, signal));
+    return { got, at: clock.now() };
+  };
+  const slot = async (deadline = Infinity): Promise<Slot> => {
+    const { got } = await take(deadline);
+    assert.ok(typeof got === "object", `a slot, not ${got}`);
+    return got;
+  };
+  return { clock, l, events, take, slot };
+}
+
+/** Settles the promise on the simulated clock, or tells it is still pending. */
+async function settledBy<T>(
+  clock: VirtualClock,
+  p: Promise<T>,
+  ms: number,
+): Promise<T | "pending"> {
+  return await clock.run(Promise.race([p, clock.sleep(ms).then(() => "pending" as const)]));
+}
+
+Deno.test("limiter: without overload it does not pace; it holds two in flight at first", async () => {
+  const { l, clock, slot } = limiter();
+  assert.equal(l.rate, Infinity);
+  assert.equal(l.concurrency, LIMITS.initialConcurrency);
+  const a = await slot(), b = await slot();
+  assert.equal(clock.now(), 0, "two slots at once");
+  const third = l.acquire(Infinity);
+  assert.equal(await settledBy(clock, third, 10), "pending", "the third waits for an answer");
+  a.done({ status: 201 });
+  assert.equal(typeof await clock.run(third), "object");
+  b.done({ status: 201 });
+});
+
+/** Milo admitted `n` requests just now; then two slots go out (the concurrency), and `queued` wait. */
+async function busy(x: ReturnType<typeof limiter>, n: number, queued: number[]) {
+  for (let i = 0; i < n; i++) (await x.slot()).done({ status: 201 });
+  const out = [await x.slot(), await x.slot()];
+  const waiting = queued.map((deadline) => x.l.acquire(deadline));
+  return { out, waiting };
+}
+
+async function granted(clock: VirtualClock, p: Promise<Slot | "deadline" | "aborted">) {
+  const s = await clock.run(p);
+  assert.ok(typeof s === "object", `a slot, not ${s}`);
+  return s;
+}
+
+Deno.test("limiter: a 429 to a busy node cuts rate and concurrency, and the rate paces the queue", async () => {
+  const x = limiter(() => 0);
+  const { l, clock, events } = x;
+  // Milo admitted 10 requests within the last second, then refuses one while others wait.
+  const { out, waiting } = await busy(x, 10, [Infinity, Infinity, Infinity]);
+  out[0].done({ status: 429, retryAfterMs: 1000 });
+  out[1].done({ status: 201 }); // sent before the cut: it raises nothing
+  assert.deepEqual(events.filter((e) => e !== "queued"), ["paused", "cut"]);
+  assert.equal(l.rate, 10 * LIMITS.firstShare, "the first rate: 0.7x what Milo admitted");
+  assert.equal(l.concurrency, 1, `cut from ${LIMITS.initialConcurrency}`);
+  const t0 = clock.now();
+  const times: number[] = [];
+  for (const w of waiting) {
+    (await granted(clock, w)).done({ status: 201 });
+    times.push(clock.now() - t0);
+  }
+  assert.equal(times[0], 0, "Retry-After x0: no pause");
+  for (let i = 1; i < times.length; i++) {
+    const gap = times[i] - times[i - 1];
+    assert.ok(gap > 1000 / 8 && gap <= 1000 / 7, `paced at about 7/s: ${times}`);
+  }
+  // A later overload cuts the rate again, multiplicatively.
+  const before = l.rate;
+  const again = await x.slot();
+  const queued = l.acquire(Infinity);
+  again.done({ status: 503 });
+  assert.ok(Math.abs(l.rate - before * LIMITS.decrease) < 1e-9, `${before} -> ${l.rate}`);
+  (await granted(clock, queued)).done({ status: 201 });
+});
+
+Deno.test("limiter: recovery is additive, about +2 requests/s per second at the rate", async () => {
+  const x = limiter(() => 0);
+  const { l, clock } = x;
+  const { out, waiting } = await busy(x, 10, Array(40).fill(Infinity));
+  out[0].done({ status: 429, retryAfterMs: 1000 });
+  out[1].done({ status: 201 });
+  const cut = l.rate;
+  const start = clock.now();
+  const rates: number[] = [];
+  for (const w of waiting) {
+    (await granted(clock, w)).done({ status: 201 });
+    rates.push(l.rate);
+  }
+  const seconds = (clock.now() - start) / 1000;
+  const gained = l.rate - cut;
+  assert.ok(rates.every((r, i) => i === 0 || r > rates[i - 1]), "it rises with every answer");
+  assert.ok(rates.every((r, i) => i === 0 || r - rates[i - 1] < 0.5), "never by a jump");
+  assert.ok(
+    Math.abs(gained - LIMITS.increasePerS * seconds) < 2,
+    `+${gained.toFixed(1)}/s in ${seconds.toFixed(1)} s`,
+  );
+});
+
+Deno.test("limiter: Retry-After pauses every caller for a jittered time, then one probe goes alone", async () => {
+  const x = limiter(() => 0.25);
+  const { clock, events } = x;
+  const { out, waiting } = await busy(x, 0, [Infinity, Infinity, Infinity]);
+  const t0 = clock.now();
+  out[0].done({ status: 429, retryAfterMs: 4000 });
+  // Sent before the pause began: its refusal is old news, no second pause nor cut.
+  out[1].done({ status: 429, retryAfterMs: 4000 });
+  assert.equal(events.filter((e) => e === "paused").length, 1);
+  assert.equal(events.filter((e) => e === "cut").length, 1);
+  const probe = await granted(clock, waiting[0]);
+  assert.equal(clock.now() - t0, 1000, "paused 0.25 x Retry-After: full jitter, node-wide");
+  assert.equal(await settledBy(clock, waiting[1], 50), "pending", "the probe goes alone");
+  probe.done({ status: 201 });
+  (await granted(clock, waiting[1])).done({ status: 201 });
+  (await granted(clock, waiting[2])).done({ status: 201 });
+
+  // Other draws spread the same refusal over [0, Retry-After]: nodes do not come back in step.
+  const waits: number[] = [];
+  for (const r of [0, 0.3, 0.7, 0.999]) {
+    const y = limiter(() => r);
+    const b = await busy(y, 0, [Infinity]);
+    const t = y.clock.now();
+    b.out[0].done({ status: 429, retryAfterMs: 1000 });
+    b.out[1].done({ status: 201 });
+    (await granted(y.clock, b.waiting[0])).done({ status: 201 });
+    waits.push(y.clock.now() - t);
+  }
+  assert.deepEqual(waits, [0, 300, 700, 999]);
+});
+
+Deno.test("limiter: a refused probe pauses again without cutting again", async () => {
+  const x = limiter(() => 0.5);
+  const { l, clock, events } = x;
+  const { out, waiting } = await busy(x, 10, [Infinity, Infinity]);
+  out[0].done({ status: 429, retryAfterMs: 1000 });
+  out[1].done({ status: 201 });
+  const rate = l.rate;
+  const probe = await granted(clock, waiting[0]);
+  const t = clock.now();
+  probe.done({ status: 429, retryAfterMs: 1000 });
+  assert.equal(l.rate, rate, "one refused probe is no news of the rate");
+  assert.deepEqual(events.filter((e) => e !== "queued"), ["paused", "cut", "paused"]);
+  (await granted(clock, waiting[1])).done({ status: 201 });
+  assert.equal(clock.now() - t, 500);
+});
+
+Deno.test("limiter: a node that is not busy pauses on overload but keeps its limits", async () => {
+  const { l, events, slot } = limiter();
+  (await slot()).done({ status: 503 });
+  assert.deepEqual(events, ["paused"]);
+  assert.equal(l.rate, Infinity);
+  assert.equal(l.concurrency, LIMITS.initialConcurrency);
+});
+
+Deno.test("limiter: a queued request that gets no slot before its deadline fails unsent", async () => {
+  const x = limiter(() => 0.5);
+  const { l, clock, events, take } = x;
+  const t0 = clock.now();
+  const { out, waiting } = await busy(x, 0, [t0 + 5_040]);
+  out[0].done({ status: 429, retryAfterMs: 10_000 }); // everyone paused until t0 + 5 s
+  out[1].done({ status: 201 });
+  // A deadline the pause outlasts: no slot, at once.
+  const early = await take(t0 + 2_000);
+  assert.equal(early.got, "deadline");
+  assert.equal(early.at, t0, "known at once: the pause outlasts it");
+  // A deadline after the pause, behind the probe: it fails when its deadline comes.
+  const late = l.acquire(t0 + 5_050);
+  const probe = await granted(clock, waiting[0]);
+  assert.equal(clock.now(), t0 + 5_000);
+  assert.equal(await clock.run(late), "deadline");
+  assert.equal(clock.now(), t0 + 5_050, "at its deadline, not before");
+  assert.equal(events.filter((e) => e === "expired").length, 2);
+  probe.done({ status: 201 });
+});
+
+Deno.test("limiter: a caller gone while queued leaves the queue", async () => {
+  const { l, clock, slot } = limiter();
+  const a = await slot(), b = await slot();
+  const gone = new AbortController();
+  const waiting = l.acquire(Infinity, gone.signal);
+  assert.equal(l.queued, 1);
+  gone.abort();
+  assert.equal(await clock.run(waiting), "aborted");
+  assert.equal(l.queued, 0);
+  assert.equal(await l.acquire(Infinity, gone.signal), "aborted");
+  a.done({ status: 201 });
+  b.done({ status: 201 });
+});
+
+Deno.test("limiter: earliest deadline first; a slot reported twice counts once", async () => {
+  const { l, clock, slot } = limiter();
+  const a = await slot(), b = await slot();
+  const order: string[] = [];
+  const late = l.acquire(10_000).then((s) => (order.push("late"), s));
+  const soon = l.acquire(5_000).then((s) => (order.push("soon"), s));
+  a.done({ status: 201 });
+  a.done({ status: 201 });
+  const first = await clock.run(soon);
+  assert.ok(typeof first === "object");
+  assert.deepEqual(order, ["soon"], "the double report freed one slot, not two");
+  b.done({ status: 201 });
+  const second = await clock.run(late);
+  assert.ok(typeof second === "object");
+  assert.deepEqual(order, ["soon", "late"]);
+  first.done({ status: 201 });
+  second.done({ status: 201 });
+});
+
+Deno.test("limiter: a slot unanswered for holdMs no longer holds back the others", async () => {
+  const { l, clock, slot } = limiter();
+  const hung = [await slot(), await slot()];
+  const t0 = clock.now();
+  const next = await clock.run(l.acquire(Infinity));
+  assert.ok(typeof next === "object");
+  assert.equal(clock.now() - t0, LIMITS.holdMs);
+  for (const s of [...hung, next]) s.done({ status: "error" });
+});
