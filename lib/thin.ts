@@ -146,7 +146,9 @@ async function exchange(
     giveUpAt - Date.now(),
     () => stuck,
   );
-  if (first === stuck) {
+  // A timer counts from when it is made: a process stopped between reading the clock
+  // and making it would wait past giveUpAt, so a late acknowledgement is judged by the clock.
+  if (first === stuck || (first?.kind === "ack" && Date.now() >= giveUpAt)) {
     // The call is this process's from here: the agent must not undo what it did of it.
     await within(writeJson(conn, { kind: "fallback" }), TAKE_OVER_MS, () => undefined)
       .catch(() => {});

@@ -125,7 +125,11 @@ Deno.test("ledger truth: a plugin starved past its give-up time after sending ke
     assertOk(r);
     const lines = async () => (await p.logLines()).filter((l) => l.containerId === id);
     const direct = (await lines()).find((l) => l.via === "direct");
-    assert.match(String(direct?.fallback), /agent did not answer within 1000 ms/, "starved");
+    assert.match(
+      String(direct?.fallback),
+      /agent did not answer within 1000 ms/,
+      `starved: ${JSON.stringify(await lines())}`,
+    );
     // The agent's ADD ends (its caller gone), and any undo after it.
     await until(
       async () => (await lines()).some((l) => l.via === "agent" && l.verb === "ADD"),
