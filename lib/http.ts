@@ -198,3 +198,28 @@ export function isTlsFailure(err: unknown): boolean {
   const text = err instanceof Error ? `${err.message} ${String(err.cause ?? "")}` : "";
   return /certificate|UnknownIssuer|InvalidCertificate/i.test(text);
 }
+
+/** How a server names itself in the errors of {@link fatalFetchError}. */
+export interface FetchTarget {
+  /** What the sandbox refused: `GET milo.example` or `connecting to k8s:6443`. */
+  refused: string;
+  /** What to do about a refusal, when there is advice. */
+  hint?: string;
+  /** What failed TLS verification: `milo.example failed (check milo.caFile)`. */
+  tls: string;
+}
+
+/** A fetch failure that retrying cannot cure (the sandbox, TLS) as a CniError; else undefined. */
+export function fatalFetchError(err: unknown, t: FetchTarget): CniError | undefined {
+  if (isNotCapable(err)) {
+    return new CniError(
+      "sandbox",
+      `the permission sandbox refused ${t.refused}`,
+      t.hint ? `${errorText(err)}; ${t.hint}` : errorText(err),
+    );
+  }
+  if (isTlsFailure(err)) {
+    return new CniError("config", `TLS verification of ${t.tls}`, errorText(err));
+  }
+  return undefined;
+}

@@ -14,9 +14,8 @@ import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./err
 import { isLoopbackHost } from "./ip.ts";
 import {
   createHttpClient,
-  isNotCapable,
+  fatalFetchError,
   isTimeout,
-  isTlsFailure,
   parseJson,
   readAnswer,
   retryAfterMs,
@@ -272,7 +271,11 @@ export class KubeClient {
         if (hinted !== undefined) wait = Math.max(wait, Math.min(hinted, RETRY_AFTER_CAP_MS));
       } catch (err) {
         if (err instanceof CniError) throw err;
-        const fatal = fatalFetchError(err, o.server);
+        const host = new URL(o.server).host;
+        const fatal = fatalFetchError(err, {
+          refused: `connecting to ${host}`,
+          tls: `the Kubernetes API ${host} failed`,
+        });
         if (fatal) throw fatal;
         last = isTimeout(err)
           ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
@@ -318,26 +321,6 @@ function isApiServerUrl(text: string): boolean {
   } catch {
     return false;
   }
-}
-
-/** A fetch failure that retrying cannot cure (sandbox, TLS), as a CniError; else undefined. */
-function fatalFetchError(err: unknown, server: string): CniError | undefined {
-  const host = new URL(server).host;
-  if (isNotCapable(err)) {
-    return new CniError(
-      "sandbox",
-      `the permission sandbox refused connecting to ${host}`,
-      errorText(err),
-    );
-  }
-  if (isTlsFailure(err)) {
-    return new CniError(
-      "config",
-      `TLS verification of the Kubernetes API ${host} failed`,
-      errorText(err),
-    );
-  }
-  return undefined;
 }
 
 /** The body as text, refusing more than `max` bytes; a redirect is refused unread. */

@@ -6,20 +6,25 @@
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
 import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import {
+  fatalFetchError,
   httpClientFor,
-  isNotCapable,
   isTimeout,
-  isTlsFailure,
   parseJson,
   readAnswer,
   readToken,
   retryAfterMs,
 } from "./http.ts";
 import {
+  API_PATH,
   type IPClaim,
   IPClaimListSchema,
   IPClaimSchema,
   IPClassListSchema,
+  MAX_BODY_BYTES,
+  MAX_LIST_BYTES,
+  MAX_LIST_ITEMS,
+  MAX_PAGES,
+  PAGE_LIMIT,
   parse,
   statusError,
   statusOf,
@@ -28,33 +33,7 @@ import type { MiloLimiter, Slot } from "./limiter.ts";
 import { ListTally, utf8Length } from "./list_bound.ts";
 import { after } from "./timers.ts";
 
-/** Path of Milo's IPAM API, appended to `milo.url`. */
-export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
-
-/** Largest Milo response body read; a bigger one is a protocol error. */
-export const MAX_BODY_BYTES = 1024 * 1024;
-/** Page size of LIST requests, and the most pages followed. */
-const PAGE_LIMIT = 500;
-const MAX_PAGES = 1_000;
-
-/**
- * Most bytes one claim LIST may read across all its pages (64 MiB); more is a
- * protocol error (105) naming this bound. A claim as milo-ipam writes it is
- * 1.5 to 2 KB on the wire, so this holds some 35,000 to 45,000 claims: a
- * node's lists (GC, reconcile: a few hundred claims at most) a hundred times
- * over, and the sweep's list of a whole cluster of some 20,000 dual-stack pods.
- * Only the fields read are kept of each page (lib/milo_objects.ts), about
- * 1.3 KB of heap a claim: a list cut at this bound holds some 50 MB, and an
- * exec'd GC peaks at about 125 MB resident (a node agent's limit is 256 MiB).
- */
-export const MAX_LIST_BYTES = 64 * 1024 * 1024;
-/**
- * Most claims one LIST may hold across all its pages (200,000); more is a
- * protocol error (105) naming this bound. Real claims reach
- * {@link MAX_LIST_BYTES} first; this bounds a list of tiny items, whose cost
- * is their number.
- */
-export const MAX_LIST_ITEMS = 200_000;
+export { API_PATH, MAX_LIST_BYTES, MAX_LIST_ITEMS } from "./milo_objects.ts";
 
 /** One HTTP exchange as the client saw it, for metrics. */
 export interface RequestEvent {
@@ -100,6 +79,8 @@ export interface ClientOptions {
 const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
 const BACKOFF_CAP_MS = 1_000;
+/** Less of the deadline than this left: no request is sent (it could not be answered). */
+const MIN_SEND_MS = 50;
 
 /** An accepted answer: its status, its JSON body, its `Date` and its body's size in bytes. */
 type Answer = { status: number; body: unknown; date: number; bytes: number };
@@ -224,9 +205,19 @@ export class MiloClient {
    * newer claim of the same name is never released.
    */
   async releaseClaim(name: string, uid: string): Promise<Release> {
+    return await this.releaseIf(name, (c) => c.metadata.uid === uid);
+  }
+
+  /**
+   * Releases the claim `name` only when a fresh GET finds it `mine` (else
+   * `changed`), and only while it is that object: the DELETE carries its uid
+   * as a precondition. A claim without a uid is never released this way.
+   */
+  async releaseIf(name: string, mine: (claim: IPClaim) => boolean): Promise<Release> {
     const now = await this.getClaim(name);
     if (!now) return "absent";
-    if (now.metadata.uid !== uid) return "changed";
+    const uid = now.metadata.uid;
+    if (!uid || !mine(now)) return "changed";
     const options = { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid } };
     const path = this.#claimsPath(name);
     const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], name);
@@ -307,14 +298,15 @@ export class MiloClient {
     const what = `${method} ${path}`;
     const headers = this.#headers(body !== undefined);
     let last = "no attempt made";
+    let answered = "";
     let attempts = 0;
     const gone = () => new CniError("transient", `${what}: stopped, the caller is gone`, last);
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       if (o.signal?.aborted) throw gone();
-      if (o.deadline - this.#now() <= 0) break;
+      if (o.deadline - this.#now() < MIN_SEND_MS) break;
       let slot: Slot | undefined;
       if (o.limiter) {
-        const got = await o.limiter.acquire(o.deadline, o.signal);
+        const got = await o.limiter.acquire(o.deadline - MIN_SEND_MS, o.signal);
         if (got === "aborted") throw gone();
         if (got === "deadline") {
           last = `${
@@ -325,7 +317,7 @@ export class MiloClient {
         slot = got;
       }
       const remaining = o.deadline - this.#now();
-      if (remaining <= 0) {
+      if (remaining < MIN_SEND_MS) {
         slot?.done({ status: "error" });
         break;
       }
@@ -364,7 +356,7 @@ export class MiloClient {
           };
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
-        last = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
+        last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
         if (slot && (status === 429 || status === 503)) {
           wait = 0; // The limiter's node-wide pause and pacing stand for this request's own.
         } else if (hinted !== undefined) {
@@ -372,7 +364,8 @@ export class MiloClient {
           wait = Math.max(wait, Math.round(this.#random() * hinted));
         }
       } catch (err) {
-        last = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        const failure = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        last = answered ? `${answered}; then ${failure}` : failure;
       } finally {
         slot?.done({ status, retryAfterMs: hinted });
         if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
@@ -412,19 +405,11 @@ export class MiloClient {
 function fetchFailure(err: unknown, method: string, url: string, timeoutMs: number): string {
   if (err instanceof CniError) throw err;
   const host = new URL(url).host;
-  if (isNotCapable(err)) {
-    throw new CniError(
-      "sandbox",
-      `the permission sandbox refused ${method} ${host}`,
-      `${errorText(err)}; reinstall milo-ipam with a node config that names this Milo host`,
-    );
-  }
-  if (isTlsFailure(err)) {
-    throw new CniError(
-      "config",
-      `TLS verification of ${host} failed (check milo.caFile)`,
-      errorText(err),
-    );
-  }
+  const fatal = fatalFetchError(err, {
+    refused: `${method} ${host}`,
+    hint: "reinstall milo-ipam with a node config that names this Milo host",
+    tls: `${host} failed (check milo.caFile)`,
+  });
+  if (fatal) throw fatal;
   return isTimeout(err) ? `request timed out after ${Math.round(timeoutMs)} ms` : errorText(err);
 }

@@ -8,6 +8,35 @@ import * as z from "zod/mini";
 import { PREFIX } from "./claims.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 
+/** Path of Milo's IPAM API, appended to `milo.url`. */
+export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
+
+/** Largest Milo response body read; a bigger one is a protocol error. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+/** Page size of LIST requests. */
+export const PAGE_LIMIT = 500;
+/** Most pages one LIST follows. */
+export const MAX_PAGES = 1_000;
+
+/**
+ * Most bytes one claim LIST may read across all its pages (64 MiB); more is a
+ * protocol error (105) naming this bound. A claim as milo-ipam writes it is
+ * 1.5 to 2 KB on the wire, so this holds some 35,000 to 45,000 claims: a
+ * node's lists (GC, reconcile: a few hundred claims at most) a hundred times
+ * over, and the sweep's list of a whole cluster of some 20,000 dual-stack pods.
+ * Only the fields read are kept of each page ({@link IPClaimSchema}), about
+ * 1.3 KB of heap a claim: a list cut at this bound holds some 50 MB, and an
+ * exec'd GC peaks at about 125 MB resident (a node agent's limit is 256 MiB).
+ */
+export const MAX_LIST_BYTES = 64 * 1024 * 1024;
+/**
+ * Most claims one LIST may hold across all its pages (200,000); more is a
+ * protocol error (105) naming this bound. Real claims reach
+ * {@link MAX_LIST_BYTES} first; this bounds a list of tiny items, whose cost
+ * is their number.
+ */
+export const MAX_LIST_ITEMS = 200_000;
+
 /**
  * A text of an answer that errors may quote (a Status message or reason, a
  * cause), clipped to {@link QUOTE_CHARS} as it is parsed. Comparisons with
@@ -34,8 +63,8 @@ const ownMap = z.optional(
 /**
  * An IPClaim as milo-ipam keeps it: only the fields it reads (metadata name,
  * uid, creationTimestamp and the `milo-ipam.io/` labels and annotations;
- * spec className, ipFamily and scope; status phase, address, allocatedCIDR
- * and poolRef name) are checked and kept, everything else Milo sends is
+ * spec className, ipFamily, scope, address and reclaimPolicy; status phase,
+ * address, allocatedCIDR and poolRef name) are checked and kept, everything else Milo sends is
  * dropped as it is parsed, so a list of claims holds no more than that.
  */
 export const IPClaimSchema = z.object({
@@ -51,6 +80,8 @@ export const IPClaimSchema = z.object({
       className: z.optional(z.string()),
       ipFamily: z.optional(z.string()),
       scope: z.optional(z.unknown()),
+      address: z.optional(z.string()),
+      reclaimPolicy: z.optional(z.string()),
     }),
     {},
   ),

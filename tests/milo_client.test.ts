@@ -490,7 +490,7 @@ Deno.test("redact: a bearer value never reaches an error's JSON nor a log line",
 
 // Issue 21, item 3: a claim LIST is bounded across its pages, and each page is
 // cut to the fields read before the next is fetched. The bounds are written
-// out here (64 MiB, 200,000 items: lib/milo.ts MAX_LIST_BYTES, MAX_LIST_ITEMS).
+// out here (64 MiB, 200,000 items: lib/milo_objects.ts MAX_LIST_BYTES, MAX_LIST_ITEMS).
 
 /** A client whose every request is answered 200 with `body` of its number (from 1). */
 function pagesOf(body: (page: number) => string) {
@@ -584,7 +584,12 @@ Deno.test("a claim LIST keeps only the fields read of each claim", async () => {
       labels: ours,
       annotations: ours,
     },
-    spec: { className: "vpc-pods-ipv4", ipFamily: "IPv4", scope: claim.spec.scope },
+    spec: {
+      className: "vpc-pods-ipv4",
+      ipFamily: "IPv4",
+      scope: claim.spec.scope,
+      reclaimPolicy: "Delete",
+    },
     status: {
       phase: "Bound",
       allocatedCIDR: "10.40.0.7/32",
@@ -748,4 +753,47 @@ Deno.test("a request that gets no slot of the limiter before its deadline fails 
   assert.equal(other.code, 11);
   assert.match(other.details, /after 0 attempt\(s\)/);
   assert.equal(sent, 1, "nothing sent during the node's pause");
+});
+
+Deno.test("no request is sent with less than 50 ms of the deadline left; the error keeps Milo's answer", async () => {
+  const clock = new VirtualClock();
+  const limiter = new MiloLimiter({ now: clock.now, timer: clock.timer, random: () => 0.5 });
+  let sent = 0;
+  const unavailable = (() => {
+    sent++;
+    return Promise.resolve(
+      new Response(JSON.stringify(fixture("status-503-unavailable.json")), {
+        status: 503,
+        headers: { "retry-after": "2" },
+      }),
+    );
+  }) as typeof fetch;
+  // Refused with Retry-After: 2 s, the node pauses 1 s (random 0.5): 10 ms would be left.
+  const client = new MiloClient({
+    baseUrl: "https://milo.test",
+    namespace: "default",
+    token: TOKEN,
+    requestMs: 1_000,
+    deadline: clock.now() + 1_010,
+    fetch: unavailable,
+    sleep: clock.sleep,
+    now: clock.now,
+    limiter,
+  });
+  const err = await clock.run(client.deleteClaim("pod-1-v4").then(() => null, (e) => e));
+  assert.ok(err instanceof CniError);
+  assert.equal(err.code, 11);
+  assert.equal(sent, 1, "no request with 10 ms left");
+  assert.match(err.details, /^Milo answered 503: .*; then no request slot of the node/);
+});
+
+Deno.test("a timeout after Milo's 503 still names the 503", async () => {
+  const timeout = () => new DOMException("Signal timed out.", "TimeoutError");
+  const { client } = scripted([
+    { status: 503, body: fixture("status-503-unavailable.json") },
+    ...Array.from({ length: 7 }, timeout),
+  ]);
+  const err = await rejects(client.deleteClaim("pod-1-v4"));
+  assert.equal(err.code, 11);
+  assert.match(err.details, /^Milo answered 503: .*; then request timed out after \d+ ms;/);
 });
