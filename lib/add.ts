@@ -15,6 +15,9 @@ import type { Holding } from "./holdings.ts";
 import type { JournalHold } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { requestedAddresses } from "./requested.ts";
+
+type Requested = ReturnType<typeof requestedAddresses>;
 
 /** A lease this ADD holds: the claim's name and uid besides the address. */
 type Held = Lease & { name: string; uid?: string };
@@ -40,15 +43,16 @@ export const add: Handler = async (inv) => {
       `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers`,
     );
   }
+  const names = claimNamesOf(inv);
+  const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
     const entry = await inv.journal.hold(inv.attachment);
     const previous = inv.holdings.read(inv.attachment);
     let leased = false;
     try {
-      const names = claimNamesOf(inv);
       inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
-      const held = await leaseAll(inv, entry);
+      const held = await leaseAll(inv, entry, requested);
       const claims = held.map((h) => ({ name: h.name, uid: h.uid, address: formatCidr(h.cidr) }));
       inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
       await entry?.remove();
@@ -79,9 +83,15 @@ function settle(inv: Invocation, previous: Holding | undefined): void {
   }
 }
 
-async function leaseAll(inv: Invocation, entry: JournalHold | null): Promise<Held[]> {
+async function leaseAll(
+  inv: Invocation,
+  entry: JournalHold | null,
+  requested: Requested,
+): Promise<Held[]> {
   const families = familiesOf(inv.conf.network);
-  const settled = await Promise.allSettled(families.map((f) => leaseFamily(inv, f, entry)));
+  const settled = await Promise.allSettled(
+    families.map((f) => leaseFamily(inv, f, entry, requested[f])),
+  );
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
   const held = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
   if (failures.length) {
@@ -97,11 +107,12 @@ async function leaseFamily(
   inv: Invocation,
   family: Family,
   entry: JournalHold | null,
+  address: string | undefined,
 ): Promise<Held> {
   const net = inv.conf.network;
-  const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family);
+  const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family, address);
   const name = (body.metadata as { name: string }).name;
-  const created = await inv.milo.createClaim(body);
+  const created = await create(inv, name, body, address);
   const [claim, fresh] = created
     ? [created, true]
     : await ownExisting(inv, name, net.classes[family]!, body);
@@ -112,12 +123,15 @@ async function leaseFamily(
     throw new CniError(outcome, `claim ${name} is ${phase ?? "without a phase"}, not Bound`);
   }
   try {
-    return {
-      family,
-      cidr: leaseOf(claim, family, net.prefixLengths),
-      name,
-      uid: claim.metadata.uid,
-    };
+    const cidr = leaseOf(claim, family, net.prefixLengths);
+    if (address && cidr.ip !== address) {
+      throw new CniError(
+        fresh ? "protocol" : "conflict",
+        `claim ${name} holds ${cidr.ip}, not the requested ${address}`,
+        fresh ? "Milo bound another address than the one posted" : "DEL the attachment first",
+      );
+    }
+    return { family, cidr, name, uid: claim.metadata.uid };
   } catch (err) {
     const e = toCniError(err);
     const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
@@ -127,11 +141,14 @@ async function leaseFamily(
 
 /**
  * The claim `name` that already exists, when it is this attachment's own
- * with the right class: recorded for this node, host, network and pod. One
- * recorded for another pod on this node and host (the runtime gave the same
- * container ID to a new pod, so the old one's sandbox is gone) is released by
- * its uid and made again (answered with `true`: a create's answer); any
- * other holder fails the ADD, naming it.
+ * with the right class: recorded for this node, host, network and pod. Under
+ * pod or network identity a claim held by anyone else fails the ADD as
+ * transient, naming the holder: one holder at a time, and the ADD never
+ * releases it. Under attachment identity, one recorded for another pod on
+ * this node and host (the runtime gave the same container ID to a new pod, so
+ * the old one's sandbox is gone) is released by its uid and made again
+ * (answered with `true`: a create's answer); any other holder fails the ADD,
+ * naming it.
  */
 async function ownExisting(
   inv: Invocation,
@@ -149,6 +166,17 @@ async function ownExisting(
   }
   const differs = mismatches(claim, inv.attachment);
   const uid = claim.metadata.uid;
+  const identity = inv.attachment.identity ?? "attachment";
+  if (differs.length && identity !== "attachment") {
+    const h = holderOf(claim);
+    throw new CniError(
+      "transient",
+      `claim ${name} (${identity} identity) is held by container ${h.containerId ?? "?"} on ` +
+        `node ${h.node ?? "?"}: no second holder; retry once it is released`,
+      `held by ${describeHolder(claim)}; released by that sandbox's DEL, milo-ipam reconcile ` +
+        "on its node, or the sweep once its pod is gone",
+    );
+  }
   const reused = differs.length === 1 && differs[0] === "pod" &&
     holderOf(claim).host === inv.attachment.host;
   if (reused && uid) {
@@ -178,6 +206,45 @@ async function ownExisting(
     );
   }
   return [claim, false];
+}
+
+/**
+ * POSTs the claim: the bound claim, or `null` when the name exists. A 409
+ * that is not AlreadyExists is named for what it means here (Milo's messages,
+ * `internal/allocator/reclaim.go` and `interface.go`): a retained allocation
+ * of this name that an older Milo will not re-bind or that does not match the
+ * claim (the field named), or a requested address that is taken.
+ */
+async function create(
+  inv: Invocation,
+  name: string,
+  body: Record<string, unknown>,
+  address: string | undefined,
+): Promise<IPClaim | null> {
+  try {
+    return await inv.milo.createClaim(body);
+  } catch (err) {
+    const e = toCniError(err);
+    if (e.outcome !== "conflict") throw e;
+    if (/does not re-bind/.test(e.details)) {
+      throw new CniError(
+        "conflict",
+        `claim ${name}: Milo holds a retained allocation of this name and refuses to re-bind it`,
+        `${e.details}; this Milo predates re-binding by name`,
+      );
+    }
+    if (/retained allocation does not match this claim/.test(e.details)) {
+      throw new CniError(
+        "conflict",
+        `claim ${name}: Milo's retained allocation of this name does not match the claim`,
+        `${e.details}; the network's class, scope or prefix length changed since it was retained`,
+      );
+    }
+    if (address && /address already allocated/.test(e.details)) {
+      throw new CniError("conflict", `requested address ${address} is taken`, e.details);
+    }
+    throw e;
+  }
 }
 
 /**

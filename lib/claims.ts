@@ -1,5 +1,5 @@
 import type { CniEnv } from "./cni.ts";
-import type { NetworkConfig, NodeConfig } from "./config.ts";
+import type { Identity, NetworkConfig, NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
 import { clip, CniError } from "./errors.ts";
 import {
@@ -50,6 +50,8 @@ export interface Attachment {
   vpcattachment?: string;
   /** The host that makes the claims (see lib/host.ts). */
   host?: string;
+  /** What its claims are named after (the network config's `identity`; default the attachment). */
+  identity?: Identity;
 }
 
 /** Builds the attachment identity of an invocation. */
@@ -66,19 +68,49 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
     podUid: env.args.K8S_POD_UID || undefined,
     vpc: conf.vpc,
     vpcattachment: conf.vpcattachment,
+    identity: conf.network.identity,
   };
 }
 
+/** What names an attachment's claims. */
+export type Named =
+  & Pick<Attachment, "cluster" | "containerId" | "ifname">
+  & Partial<Pick<Attachment, "identity" | "network" | "podNamespace" | "podName">>;
+
 /**
- * Deterministic DNS-1123 claim name for (cluster, container, interface, family):
- * every retry and every DEL derives the same name.
+ * Deterministic DNS-1123 claim name of one family, by the network's identity:
+ * `pod-…` from (cluster, container, interface), `podid-…` from (cluster, pod
+ * namespace, pod name, network, interface), `slot-…` from (cluster, network,
+ * interface). Every retry and every DEL derives the same name; a re-created
+ * pod (`pod`) or the slot's next pod (`network`) derives it again, which is
+ * what re-binds its retained address in Milo. Pod identity without the pod's
+ * namespace and name is a config error (7), never the container's name.
  */
-export function claimName(
-  a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
-  family: Family,
-): string {
-  return `pod-${attachmentHash(a)}-${family === "ipv4" ? "v4" : "v6"}`;
+export function claimName(a: Named, family: Family): string {
+  const fam = family === "ipv4" ? "v4" : "v6";
+  const identity = a.identity ?? "attachment";
+  if (identity === "attachment") return `pod-${attachmentHash(a)}-${fam}`;
+  if (identity === "network") {
+    return `slot-${hashOf(["network", a.cluster, a.network ?? "", a.ifname])}-${fam}`;
+  }
+  if (!a.podNamespace || !a.podName) {
+    throw new CniError(
+      "config",
+      'field ipam.identity: "pod" needs K8S_POD_NAMESPACE and K8S_POD_NAME in CNI_ARGS',
+      "the runtime sent neither or only one; the claim is not named after the container instead",
+    );
+  }
+  return `podid-${
+    hashOf(["pod", a.cluster, a.podNamespace, a.podName, a.network ?? "", a.ifname])
+  }-${fam}`;
 }
+
+/** True when the claims of `a` can be named: pod identity needs the pod's namespace and name. */
+export function canName(a: Named): boolean {
+  return a.identity !== "pod" || (!!a.podNamespace && !!a.podName);
+}
+
+const hashOf = (parts: string[]) => sha256Hex(parts.join("\u0000")).slice(0, 20);
 
 /** The last attachment hashed: one call names its claims, lock and journal entry from it. */
 let lastHash = { key: "", hash: "" };
@@ -137,12 +169,17 @@ export function ownership(
   return { labels, annotations };
 }
 
-/** The IPClaim create body for one family. */
+/**
+ * The IPClaim create body for one family: Retain under pod or network
+ * identity (the address waits for the same name), `spec.address` when one
+ * was requested (lib/requested.ts).
+ */
 export function claimBody(
   namespace: string,
   net: NetworkConfig,
   a: Attachment,
   family: Family,
+  address?: string,
 ): Record<string, unknown> {
   return {
     apiVersion: "ipam.miloapis.com/v1alpha1",
@@ -152,7 +189,8 @@ export function claimBody(
       className: net.classes[family],
       ipFamily: miloFamily(family),
       ...(net.scope ? { scope: net.scope } : {}),
-      reclaimPolicy: net.reclaimPolicy,
+      ...(address ? { address } : {}),
+      reclaimPolicy: (a.identity ?? "attachment") === "attachment" ? net.reclaimPolicy : "Retain",
     },
   };
 }
@@ -223,12 +261,13 @@ export function describeHolder(claim: IPClaim): string {
 /**
  * How a create's answer differs from the claim posted (`body`, as
  * {@link claimBody} builds it): its name, each `milo-ipam.io/` annotation (a
- * value changed, missing or added: the holder recorded), its class and its
- * family, each with what was posted. Empty when the answer is the claim posted.
+ * value changed, missing or added: the holder recorded), its class, its
+ * family and a requested address, each with what was posted. Empty when the
+ * answer is the claim posted.
  */
 export function answerDiffers(body: Record<string, unknown>, answer: IPClaim): string[] {
   const meta = body.metadata as { name: string; annotations?: Record<string, string> };
-  const spec = body.spec as { className?: string; ipFamily?: string };
+  const spec = body.spec as { className?: string; ipFamily?: string; address?: string };
   const out: string[] = [];
   const compare = (field: string, posted: string | undefined, got: string | undefined) => {
     if (posted !== got) out.push(`${field} ${quoted(got)} (posted ${quoted(posted)})`);
@@ -242,6 +281,7 @@ export function answerDiffers(body: Record<string, unknown>, answer: IPClaim): s
   }
   compare("spec.className", spec.className, answer.spec.className);
   compare("spec.ipFamily", spec.ipFamily, answer.spec.ipFamily);
+  if (spec.address !== undefined) compare("spec.address", spec.address, answer.spec.address);
   return out;
 }
 
@@ -258,6 +298,14 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
     have !== undefined && have !== want;
   return other(h.cluster, a.cluster) || other(h.containerId, a.containerId) ||
     other(h.ifname, a.ifname) || other(h.host, a.host);
+}
+
+/**
+ * True for a claim name another sandbox makes again (pod or network identity):
+ * such a claim is released only by its uid, never by its name alone.
+ */
+export function isSharedName(name: string): boolean {
+  return name.startsWith("podid-") || name.startsWith("slot-");
 }
 
 /** True when a claim was made by this exact cluster/container/interface. */

@@ -115,6 +115,7 @@ const nodeShape = {
     }),
     { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },
   ),
+  allowRequestedAddresses: withDefault(z.boolean(), false),
   gc: withDefault(z.object({ minAgeS: withDefault(int(0, 86_400), 60) }), { minAgeS: 60 }),
   reconcile: withDefault(z.object({ graceS: withDefault(int(0, 86_400), 300) }), { graceS: 300 }),
   timeouts: withDefault(
@@ -140,6 +141,16 @@ const scopeRef = z.object({
   uid: z.optional(bounded),
 });
 
+/**
+ * What a network's claims are named after (lib/claims.ts): the attachment
+ * (container and interface: a new sandbox gets a new address), the pod
+ * (namespace and name: a re-created pod gets its address back) or the
+ * network (one slot: whichever pod fills it gets the slot's address).
+ */
+export const IDENTITIES = ["attachment", "pod", "network"] as const;
+/** A network's claim identity. */
+export type Identity = typeof IDENTITIES[number];
+
 /** Per-network settings: what a network config may choose. */
 const networkShape = {
   classes: z.object({ ipv4: z.optional(bounded), ipv6: z.optional(bounded) }).check(
@@ -158,6 +169,7 @@ const networkShape = {
     }),
   ),
   reclaimPolicy: withDefault(z.enum(["Delete", "Retain"]), "Delete"),
+  identity: withDefault(z.enum(IDENTITIES), "attachment"),
 };
 
 /** Keys a network config may set. */
@@ -171,6 +183,7 @@ export const NodeConfigSchema = z.object({
   gateways: z.optional(z.record(z.string(), z.unknown())),
   prefixLengths: z.optional(z.record(z.string(), z.unknown())),
   reclaimPolicy: z.optional(z.unknown()),
+  identity: z.optional(z.unknown()),
 });
 
 /** The per-network part of the schema, applied to node defaults merged with the ipam block. */
@@ -296,13 +309,14 @@ export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): N
     const issues = issuesOf(parsed.error, "ipam.");
     throw new CniError("config", issues[0], issues.join("; ") + ` (node config ${node.path})`);
   }
-  if (parsed.data.reclaimPolicy === "Retain") {
+  if (parsed.data.reclaimPolicy === "Retain" && parsed.data.identity === "attachment") {
     const from = ipam.reclaimPolicy === undefined ? `node config ${node.path}` : "network config";
     throw new CniError(
       "config",
       "field ipam.reclaimPolicy: Retain is not allowed for pod leases",
       `set by the ${from}; a claim named after its container is never made again, so Milo ` +
-        "would keep every removed pod's address retained until its lease ends; use Delete",
+        "would keep every removed pod's address retained until its lease ends; use Delete, or " +
+        'identity "pod" or "network" (which retain by a name that is made again)',
     );
   }
   const limit = node.timeouts;

@@ -1,18 +1,22 @@
-import { claimName, isHeldBy } from "./claims.ts";
+import { type Attachment, canName, claimName, isHeldBy, recordsAnother } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { JournalClaim } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
+import type { IPClaim } from "./milo_objects.ts";
 
 /**
  * DEL: release each family's claim in Milo. A claim already gone counts as
- * released. Any other failure fails the DEL so the runtime retries it, and
- * records the claims in the release journal, so that `milo-ipam reconcile`
- * finishes the release if the runtime gives up. After an ADD left in doubt
- * (its record still `adding`: killed, or a create unanswered), a released DEL
- * records an in-doubt entry instead: that create may still land. Holds the
- * attachment's lock (see lib/lockfile.ts) throughout. The agent's undo
- * releases nothing unless the ADD it undoes is still the attachment's last.
+ * released. Under pod or network identity a claim is released only while it
+ * records this attachment as its holder (by its uid): the late DEL of an old
+ * sandbox leaves the next holder's claim alone. Any other failure fails the
+ * DEL so the runtime retries it, and records the claims in the release
+ * journal, so that `milo-ipam reconcile` finishes the release if the runtime
+ * gives up. After an ADD left in doubt (its record still `adding`: killed,
+ * or a create unanswered), a released DEL records an in-doubt entry instead:
+ * that create may still land. Holds the attachment's lock (see
+ * lib/lockfile.ts) throughout. The agent's undo releases nothing unless the
+ * ADD it undoes is still the attachment's last.
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
@@ -31,17 +35,29 @@ export const del: Handler = async (inv) => {
 };
 
 async function release(inv: Invocation) {
-  const named = familiesOf(inv.conf.network).map((f) => ({
-    f,
-    name: claimName(inv.attachment, f),
-  }));
+  const record = inv.holdings.read(inv.attachment);
+  const named = canName(inv.attachment)
+    ? familiesOf(inv.conf.network).map((f) => ({ name: claimName(inv.attachment, f) }))
+    : (record?.claims ?? []).map((c) => ({ name: c.name }));
   const claims = named.map((n) => n.name);
-  const inDoubt = inv.holdings.read(inv.attachment)?.state === "adding";
+  const inDoubt = record?.state === "adding";
+  const identity = inv.attachment.identity ?? "attachment";
+  const others: string[] = [];
   const r = await attemptAll(
     named,
-    (n) => inv.milo.deleteClaim(n.name),
+    async (n) => {
+      if (identity === "attachment") return await inv.milo.deleteClaim(n.name);
+      const done = await inv.milo.releaseIf(n.name, (c) => holds(c, inv.attachment));
+      if (done === "changed") others.push(n.name);
+      return done;
+    },
     (n) => `release of claim ${n.name} failed`,
   );
+  const skipped = others.length
+    ? { skipped: `held by another sandbox, left alone: ${others.join(", ")}` }
+    : named.length
+    ? {}
+    : { skipped: "pod identity without the pod's name, and no record of this attachment" };
   if (!r.failures.length) {
     if (inDoubt) {
       await inv.journal.recordDoubt(inv.attachment, claims, inv.now()).catch((err) => {
@@ -53,7 +69,7 @@ async function release(inv: Invocation) {
       });
     } else await inv.journal.drop(inv.attachment).catch(() => false);
     inv.holdings.remove(inv.attachment);
-    return { claims };
+    return { claims: claims.filter((c) => !others.includes(c)), ...skipped };
   }
   const e = combineErrors(r.failures);
   const failed = await Promise.all(
@@ -77,9 +93,12 @@ async function release(inv: Invocation) {
 async function journalClaim(inv: Invocation, name: string): Promise<JournalClaim> {
   try {
     const claim = await inv.rollback.getClaim(name);
-    const uid = claim && isHeldBy(claim, inv.attachment) ? claim.metadata.uid : undefined;
+    const uid = claim && holds(claim, inv.attachment) ? claim.metadata.uid : undefined;
     return uid ? { name, uid } : { name };
   } catch {
     return { name };
   }
 }
+
+/** This attachment holds `claim`: its cluster, container and interface, made on this host. */
+const holds = (claim: IPClaim, a: Attachment) => isHeldBy(claim, a) && !recordsAnother(claim, a);

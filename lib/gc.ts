@@ -1,4 +1,4 @@
-import { holderOf, nodeSelector } from "./claims.ts";
+import { holderOf, isSharedName, nodeSelector } from "./claims.ts";
 import { isPlainObject } from "./cni.ts";
 import type { NetworkConfig } from "./config.ts";
 import { attachmentKey } from "./netconf.ts";
@@ -40,6 +40,8 @@ export const gc: Handler = async (inv) => {
     if (h.containerId === undefined || h.ifname === undefined) return false;
     if (valid.has(attachmentKey(h.containerId, h.ifname))) return false;
     if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
+    // A claim another sandbox may make again is released by its uid only.
+    if (!c.metadata.uid && isSharedName(c.metadata.name)) return false;
     // Both clocks of Milo count whole seconds (`Date`, and `creationTimestamp` as Kubernetes
     // stamps it): compare them at that resolution.
     const created = Math.floor(Date.parse(c.metadata.creationTimestamp ?? "") / 1000) * 1000;

@@ -5,7 +5,7 @@
  */
 import { add } from "./add.ts";
 import { check } from "./check.ts";
-import { attachmentOf } from "./claims.ts";
+import { attachmentOf, canName } from "./claims.ts";
 import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { parseNetConf } from "./netconf.ts";
@@ -117,7 +117,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       undoOf: req.undoOf,
       now,
     };
-    if (cni.containerId) record.claims = claimNamesOf(inv);
+    if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
     const r = await HANDLERS[verb](inv);
     const skipped = r.skipped ? { skipped: r.skipped } : {};
     return finish({ exitCode: 0, stdout: r.output }, {

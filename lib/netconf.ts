@@ -17,6 +17,8 @@ export interface NetConf {
   vpcattachment?: string;
   /** `prevResult`'s addresses by family (CHECK only; undefined when absent). */
   prevResult?: Map<Family, Cidr[]>;
+  /** `runtimeConfig.ips` (Multus's `ips` capability), as given; see lib/requested.ts. */
+  runtimeIps?: string[];
   /** `cni.dev/valid-attachments` as attachment keys (GC only; undefined when absent). */
   validAttachments?: Set<string>;
   network: NetworkConfig;
@@ -56,6 +58,7 @@ export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetCo
     vpc: optionalString(raw, "vpc"),
     vpcattachment: optionalString(raw, "vpcattachment"),
     prevResult: verb === "CHECK" ? parsePrevResult(raw.prevResult) : undefined,
+    runtimeIps: verb === "ADD" ? parseRuntimeIps(raw.runtimeConfig) : undefined,
     validAttachments: verb === "GC" ? parseValidAttachments(raw) : undefined,
     network: parseNetwork(raw.ipam, node),
   };
@@ -76,6 +79,19 @@ function optionalString(raw: Record<string, unknown>, key: string): string | und
   const v = raw[key];
   if (v === undefined || v === null || v === "") return undefined;
   return stringField(raw, key);
+}
+
+/** `runtimeConfig.ips`: a list of at most 2 strings, or undefined when absent or empty. */
+function parseRuntimeIps(rc: unknown): string[] | undefined {
+  if (!isPlainObject(rc) || rc.ips === undefined || rc.ips === null) return undefined;
+  const ips = rc.ips;
+  if (!Array.isArray(ips) || ips.length > 2 || ips.some((v) => typeof v !== "string")) {
+    throw new CniError(
+      "config",
+      "field runtimeConfig.ips: must be a list of at most 2 addresses (one per family)",
+    );
+  }
+  return ips.length ? ips as string[] : undefined;
 }
 
 /** A set key for one attachment (container, interface). */

@@ -6,7 +6,7 @@
  * its DEL) is kept until `grace` after it was written, releasing its claims
  * whenever they appear.
  */
-import { holderOf } from "./claims.ts";
+import { holderOf, isSharedName } from "./claims.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { Journal, type JournalClaim, type JournalEntry } from "./journal.ts";
@@ -119,6 +119,9 @@ async function releaseJournaled(
   const same = h.cluster === entry.cluster && h.containerId === entry.containerId &&
     h.ifname === entry.ifname;
   if (!same || Number.isNaN(created) || created > until) return "newer than the entry";
-  if (!current.metadata.uid) return await milo.deleteClaim(c.name);
+  if (!current.metadata.uid) {
+    // A claim another sandbox may make again is released by its uid only.
+    return isSharedName(c.name) ? "changed" : await milo.deleteClaim(c.name);
+  }
   return await milo.releaseClaim(c.name, current.metadata.uid);
 }

@@ -64,7 +64,17 @@ export interface InvocationOptions {
   callId?: string;
   /** The agent's undo of the ADD with this call id (a DEL). */
   undoOf?: string;
+  /** CNI_ARGS entries replacing the defaults (a pod in shop/web-0); `""` removes one. */
+  args?: Record<string, string>;
 }
+
+/** The CNI_ARGS of {@link invocation}'s defaults. */
+const ARGS = {
+  IgnoreUnknown: "1",
+  K8S_POD_NAMESPACE: "shop",
+  K8S_POD_NAME: "web-0",
+  K8S_POD_UID: "uid-web-0",
+};
 
 /**
  * An invocation as `lib/invoke.ts` builds it, from a node config, a CNI
@@ -90,7 +100,8 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
     CNI_CONTAINERID: o.containerId ?? CONTAINER_ID,
     CNI_IFNAME: o.ifname ?? "eth0",
     CNI_NETNS: "/var/run/netns/test",
-    CNI_ARGS: "IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-0;K8S_POD_UID=uid-web-0",
+    CNI_ARGS: Object.entries({ ...ARGS, ...o.args }).filter(([, v]) => v !== "")
+      .map(([k, v]) => `${k}=${v}`).join(";"),
   };
   if (o.command === "GC" || o.command === "STATUS") {
     delete vars.CNI_CONTAINERID;

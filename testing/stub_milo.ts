@@ -30,6 +30,7 @@ export interface WireClaim {
     ipFamily?: string;
     scope?: unknown;
     reclaimPolicy?: string;
+    address?: string;
     ownerRef?: unknown;
   };
   status: {
@@ -125,7 +126,16 @@ export class StubMilo {
       ? { allocatedCIDR: `10.40.0.${7 + n}/32`, address: `10.40.0.${7 + n}` }
       : { allocatedCIDR: `fd20:0:0:1:0:${(3 + n).toString(16)}::/96` };
 
+  /**
+   * What a create of a name whose Retain claim was deleted meets: `rebind`
+   * (Milo's `internal/allocator/reclaim.go`: the same address again) or
+   * `conflict` (its earlier claim storage: 409).
+   */
+  retained: "rebind" | "conflict" = "rebind";
+
   readonly #claims = new Map<string, WireClaim>();
+  /** Leases kept for claim names deleted under reclaimPolicy Retain. */
+  readonly #kept = new Map<string, WireClaim["status"]>();
   readonly #faults: (Fault & { left: number })[] = [];
   readonly #counts = { IPv4: 0, IPv6: 0 };
   #version = 48213;
@@ -319,7 +329,40 @@ export class StubMilo {
           `spec.ipFamily ${spec.ipFamily} does not match IPClass "${spec.className}" (${cls.family})`,
       });
     }
-    return reply(201, this.materialize({ ...body, metadata: { ...meta, namespace: ns } }));
+    const kept = this.#kept.get(`${ns}/${meta.name}`);
+    if (kept && this.retained === "conflict") {
+      return statusReply(409, {
+        name: meta.name,
+        reason: "Conflict",
+        message: `Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "${meta.name}": ` +
+          `IPAllocation "alloc-0" (${kept.allocatedCIDR}) was retained when the previous claim ` +
+          "of this name was deleted and holds its address; this server does not re-bind a " +
+          "retained allocation",
+      });
+    }
+    const pinned = spec.address ? this.#pin(spec.address) : undefined;
+    if (pinned instanceof Response) return pinned;
+    this.#kept.delete(`${ns}/${meta.name}`);
+    const lease = kept
+      ? { status: { allocatedCIDR: kept.allocatedCIDR, address: kept.address } }
+      : pinned;
+    return reply(201, this.materialize({ ...body, metadata: { ...meta, namespace: ns } }, lease));
+  }
+
+  /** The lease of a requested `spec.address`, or Milo's 409 when a claim or a retained one has it. */
+  #pin(address: string): { status: WireClaim["status"] } | Response {
+    const held = [...this.all().map((c) => c.status), ...this.#kept.values()];
+    if (held.some((st) => st.address === address || st.allocatedCIDR?.split("/")[0] === address)) {
+      return statusReply(409, {
+        reason: "Conflict",
+        message: 'Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "": ' +
+          `ipam: address already allocated: ${address}`,
+      });
+    }
+    const v6 = address.includes(":");
+    return {
+      status: v6 ? { allocatedCIDR: `${address}/96` } : { allocatedCIDR: `${address}/32`, address },
+    };
   }
 
   #list(ns: string, query: Record<string, string>): Response {
@@ -352,6 +395,7 @@ export class StubMilo {
       });
     }
     this.remove(name, ns);
+    if (c.spec.reclaimPolicy === "Retain") this.#kept.set(`${ns}/${name}`, c.status);
     return reply(200, {
       ...c,
       metadata: { ...c.metadata, resourceVersion: String(++this.#version) },

@@ -663,3 +663,21 @@ Deno.test("reconcile: an idle node sends Milo nothing; it lists only without a r
     assert.equal(listed.listed, true, "--list lists again");
   });
 });
+
+Deno.test("reconcile's journal never releases a shared-name claim without a uid by its name", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const journal = new Journal(w.node.stateDir);
+    const pod = { ipam: { identity: "pod" }, args: { K8S_POD_NAME: "db-0" } };
+    const [c4] = w.lease("gone-pod", pod, false);
+    assert.match(c4.metadata.name, /^podid-/);
+    delete (c4.metadata as { uid?: string }).uid;
+    w.stub.put(c4);
+    const a = { ...w.addOf("gone-pod", pod).attachment };
+    await journal.record(a, [{ name: c4.metadata.name }], "503", w.clock.t - 60_000);
+    const r = await w.run();
+    assert.equal(w.stub.seen("DELETE", c4.metadata.name).length, 0, "no DELETE by name alone");
+    assert.ok(w.stub.get(c4.metadata.name));
+    assert.ok(keptFor(r, c4).includes("journal entry: claim changed"), keptFor(r, c4).join("; "));
+  });
+});

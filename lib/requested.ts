@@ -1,0 +1,74 @@
+/**
+ * Requested addresses, by the CNI conventions: `runtimeConfig.ips` (Multus's
+ * `ips` capability) and `CNI_ARGS` `IP=` (comma-separated, as the static IPAM
+ * plugin reads it). Each pins its family's claim (`spec.address`); the mask
+ * given is ignored (the result carries the class's prefix length). Milo calls
+ * pinning "a separate and more privileged operation": it is a node privilege
+ * (`allowRequestedAddresses`), refused otherwise (7, naming the key).
+ */
+import type { NodeConfig } from "./config.ts";
+import type { NetConf } from "./netconf.ts";
+import { clip, CniError } from "./errors.ts";
+import { type Family, miloFamily, parseCidr } from "./ip.ts";
+
+/** The address requested for each family (canonical, no mask); empty when none is. */
+export function requestedAddresses(
+  conf: Pick<NetConf, "runtimeIps" | "network">,
+  args: Record<string, string>,
+  node: Pick<NodeConfig, "allowRequestedAddresses" | "path">,
+): Partial<Record<Family, string>> {
+  const fromArgs = args.IP ? args.IP.split(",").map((s) => s.trim()).filter(Boolean) : [];
+  const sources: [string, string[]][] = [
+    ["runtimeConfig.ips", conf.runtimeIps ?? []],
+    ["CNI_ARGS IP", fromArgs],
+  ];
+  const given = sources.filter(([, list]) => list.length);
+  if (!given.length) return {};
+  if (!node.allowRequestedAddresses) {
+    throw new CniError(
+      "config",
+      `${given[0][0]}: requested addresses are not allowed on this node`,
+      `pinning an address is a node privilege: set allowRequestedAddresses in ${node.path}`,
+    );
+  }
+  const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network.classes)]);
+  const [[key, first], second] = parsed as [string, Partial<Record<Family, string>>][];
+  if (second && JSON.stringify(second[1]) !== JSON.stringify(first)) {
+    throw new CniError(
+      "config",
+      `${key} and ${second[0]} request different addresses`,
+      `${key}: ${Object.values(first).join(", ")}; ${second[0]}: ${
+        Object.values(second[1]).join(", ")
+      }`,
+    );
+  }
+  return first;
+}
+
+function byFamily(
+  key: string,
+  list: string[],
+  classes: Partial<Record<Family, string>>,
+): Partial<Record<Family, string>> {
+  const out: Partial<Record<Family, string>> = {};
+  for (const text of list) {
+    const c = parseCidr(text);
+    if (!c) {
+      throw new CniError(
+        "config",
+        `${key}: ${JSON.stringify(clip(text, 80))} is not an IP address`,
+      );
+    }
+    if (!classes[c.family]) {
+      throw new CniError(
+        "config",
+        `${key}: ${c.ip} is ${miloFamily(c.family)}, and the network has no ${c.family} class`,
+      );
+    }
+    if (out[c.family]) {
+      throw new CniError("config", `${key}: two ${miloFamily(c.family)} addresses requested`);
+    }
+    out[c.family] = c.ip;
+  }
+  return { ...(out.ipv4 ? { ipv4: out.ipv4 } : {}), ...(out.ipv6 ? { ipv6: out.ipv6 } : {}) };
+}
