@@ -2,6 +2,13 @@
 
 import { defaultFaults, FaultError, type Faults, mergeFaults } from "./faults.ts";
 import { type Limits, LimitsError, mergeLimits } from "./limits.ts";
+import {
+  mergeRetention,
+  parseDuration,
+  RetentionError,
+  type RetentionSettings,
+  type SweepResult,
+} from "./retention.ts";
 import type { Stats } from "./stats.ts";
 
 /** What the admin endpoints act on. */
@@ -15,6 +22,13 @@ export interface AdminContext {
   setLimits(next: Limits): void;
   stats(): Stats;
   resetStats(): Stats;
+  retention(): RetentionSettings;
+  /** The seed's retention settings: the base of PUT and DELETE. */
+  seedRetention(): RetentionSettings;
+  /** Puts new retention settings in force (restarting the sweep timer). */
+  setRetention(next: RetentionSettings): void;
+  /** One sweep pass now, or at now plus `advanceMs` (a lease aged without waiting). */
+  sweep(advanceMs: number): SweepResult;
 }
 
 /** A running admin listener. */
@@ -23,14 +37,41 @@ export interface AdminServer {
   close(): Promise<void>;
 }
 
-const HELP =
-  "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET|PUT|POST|DELETE /limits\n  GET /stats   POST /stats/reset\n  GET /healthz\n";
+const HELP = "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET|PUT|POST|DELETE /limits\n" +
+  "  GET|PUT|POST|DELETE /retention   POST /retention/sweep\n" +
+  "  GET /stats   POST /stats/reset\n  GET /healthz\n";
 
 function json(v: unknown, status = 200): Response {
   return new Response(JSON.stringify(v, null, 2) + "\n", {
     status,
     headers: { "content-type": "application/json" },
   });
+}
+
+/** One settings object: get, start-up value, set, merge a patch, the error of a bad one. */
+type SettingsEndpoints<T> = [
+  get: () => T,
+  start: () => T,
+  set: (next: T) => void,
+  merge: (base: T, patch: unknown) => T,
+  error: new (message: string) => Error,
+];
+
+/** GET, PUT (over the start-up value), POST/PATCH (merged), DELETE (back to start-up). */
+async function settingsRoute<T>(req: Request, s: SettingsEndpoints<T>): Promise<Response | null> {
+  const [get, start, set, merge, error] = s;
+  const m = req.method;
+  if (m === "GET") return json(get());
+  if (m === "DELETE") {
+    set(start());
+    return json(get());
+  }
+  if (m !== "PUT" && m !== "POST" && m !== "PATCH") return null;
+  const patch = await req.json().catch(() => {
+    throw new error("body must be JSON");
+  });
+  set(merge(m === "PUT" ? start() : get(), patch));
+  return json(get());
 }
 
 async function handle(req: Request, ctx: AdminContext): Promise<Response> {
@@ -51,19 +92,27 @@ async function handle(req: Request, ctx: AdminContext): Promise<Response> {
       return json(ctx.faults());
     }
   }
-  if (pathname === "/limits") {
-    if (m === "GET") return json(ctx.limits());
-    if (m === "DELETE") {
-      ctx.setLimits(ctx.startLimits());
-      return json(ctx.limits());
+  const settings = pathname === "/limits"
+    ? settingsRoute(req, [ctx.limits, ctx.startLimits, ctx.setLimits, mergeLimits, LimitsError])
+    : pathname === "/retention"
+    ? settingsRoute(req, [
+      ctx.retention,
+      ctx.seedRetention,
+      ctx.setRetention,
+      mergeRetention,
+      RetentionError,
+    ])
+    : null;
+  const answered = await settings;
+  if (answered) return answered;
+  if (pathname === "/retention/sweep" && m === "POST") {
+    const text = await req.text();
+    const body = text.trim() ? JSON.parse(text) : {};
+    const advance = body?.advance === undefined ? 0 : parseDuration(body.advance);
+    if (advance === undefined) {
+      throw new RetentionError('advance must be a duration such as "25h"');
     }
-    if (m === "PUT" || m === "POST" || m === "PATCH") {
-      const patch = await req.json().catch(() => {
-        throw new LimitsError("body must be JSON");
-      });
-      ctx.setLimits(mergeLimits(m === "PUT" ? ctx.startLimits() : ctx.limits(), patch));
-      return json(ctx.limits());
-    }
+    return json(ctx.sweep(advance));
   }
   if (pathname === "/stats" && m === "GET") return json(ctx.stats());
   if ((pathname === "/stats/reset" && m === "POST") || (pathname === "/stats" && m === "DELETE")) {
@@ -87,7 +136,10 @@ export function serveAdmin(host: string, port: number, ctx: AdminContext): Admin
     try {
       return await handle(req, ctx);
     } catch (err) {
-      if (err instanceof FaultError || err instanceof LimitsError || err instanceof SyntaxError) {
+      if (
+        err instanceof FaultError || err instanceof LimitsError || err instanceof RetentionError ||
+        err instanceof SyntaxError
+      ) {
         return json({ error: err.message }, 400);
       }
       return json({ error: String(err) }, 500);

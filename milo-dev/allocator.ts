@@ -3,7 +3,7 @@
  * reservations, the lowest free unit, a pinned address, and capacity.
  */
 
-import { blockSize, ceilDiv, formatIP, type IPFamily, parseIP, percent4 } from "./ipmath.ts";
+import { blockSize, ceilDiv, type IPFamily, parseIP, percent4 } from "./ipmath.ts";
 import type { ClassSpec, PoolPlan } from "./seed.ts";
 import { badRequest, conflict } from "./status.ts";
 
@@ -118,16 +118,29 @@ export class Allocator {
     return cand + b.unit <= b.limit ? cand : undefined;
   }
 
-  /** Checks a pinned `spec.address` and finds its pool; 400 or 409 when it cannot be had. */
+  /**
+   * Checks a pinned `spec.address` and finds its pool; 400 or 409 when it
+   * cannot be had. The three answers Milo gives are in its words
+   * (`selectBlock` in `internal/allocator/prefix.go`, mapped by
+   * `mapAllocationError` in `internal/registry/ipam/ipclaim/storage.go`): not
+   * an address, 400 `ipam: invalid address`; outside the pools, 400 `ipam:
+   * address outside pool`; held (a retained allocation included), 409
+   * Conflict `ipam: address already allocated` with an empty name, as Milo
+   * passes it. The other 400s (family, prefix length, alignment, a reserved
+   * unit) are milo-dev's own.
+   */
   pinned(
     project: string,
     plans: PoolPlan[],
-    claim: { name: string; className: string; cls: ClassSpec; address: string },
+    claim: { className: string; cls: ClassSpec; address: string },
   ): Pick {
-    const { name, className, cls, address } = claim;
+    const { className, cls, address } = claim;
     const slash = address.indexOf("/");
     const ip = parseIP(slash >= 0 ? address.slice(0, slash) : address);
-    if (!ip) throw badRequest(`spec.address "${address}" is not an IP address`);
+    if (!ip) {
+      const what = slash >= 0 ? "a CIDR" : "an IP address";
+      throw badRequest(`ipam: invalid address: ${JSON.stringify(address)} is not ${what}`);
+    }
     if (slash >= 0 && address.slice(slash + 1) !== String(cls.prefixLength)) {
       throw badRequest(
         `spec.address "${address}" does not have the prefix length of IPClass "${className}"`,
@@ -148,12 +161,11 @@ export class Allocator {
         throw badRequest(`spec.address "${address}" is reserved in IPPool "${plan.name}"`);
       }
       if (this.#index.isAllocated(project, plan.name, ip.value)) {
-        const text = formatIP(ip.family, ip.value);
-        throw conflict("ipclaims", name, `address ${text} is already allocated`);
+        throw conflict("ipclaims", "", `ipam: address already allocated: ${address}`);
       }
       return { plan, start: ip.value };
     }
-    throw badRequest(`spec.address "${address}" is not in any IPPool of IPClass "${className}"`);
+    throw badRequest(`ipam: address outside pool: ${address} is outside pool "${plans[0].name}"`);
   }
 
   /** Records a committed FirstFit pick: the next walk starts after it. */

@@ -195,7 +195,7 @@ const DISCOVERY = {
       singularName: "ipallocation",
       namespaced: true,
       kind: "IPAllocation",
-      verbs: ["get", "list"],
+      verbs: ["delete", "get", "list"],
     },
   ],
 };
@@ -305,6 +305,9 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
       };
     }
     throw methodNotAllowed();
+  }
+  if (m === "DELETE" && name !== undefined) {
+    return { status: 200, body: ipam.deleteAllocation(project, ns!, name, isDry) };
   }
   if (m !== "GET") throw methodNotAllowed();
   if (name === undefined) {

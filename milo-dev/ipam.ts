@@ -4,11 +4,18 @@
  */
 
 import { Allocator, type Capacity, capacity, type Pick } from "./allocator.ts";
-import { familyBits, formatCIDR, formatIP, fromIpKey, ipKey } from "./ipmath.ts";
+import {
+  allocationRow,
+  type BindRequest,
+  claimRow,
+  type Placement,
+  placementOf,
+  timestamp,
+} from "./bind.ts";
+import { fromIpKey } from "./ipmath.ts";
 import {
   allocationObject,
   claimObject,
-  type ClaimSpec,
   classObject,
   type IPAllocationObject,
   type IPClaimObject,
@@ -16,6 +23,7 @@ import {
   type IPPoolObject,
   poolObject,
 } from "./objects.ts";
+import { allocationNameFor, refuseReclaim, Retained, scopeKey } from "./reclaim.ts";
 import {
   type ClaimRequest,
   parseClaimRequest,
@@ -23,15 +31,16 @@ import {
   resolveClass,
   unmetPrecondition,
 } from "./request.ts";
+import { effectiveLease } from "./retention.ts";
 import { type ClassSpec, planPool, type PoolPlan, type Seed } from "./seed.ts";
 import {
   alreadyExists,
-  ApiError,
   badRequest,
   conflict,
   exhausted,
   forbidden,
   notFound,
+  releaseFailed,
 } from "./status.ts";
 import type { AllocationRow, ClaimRow, Store } from "./store.ts";
 
@@ -49,26 +58,19 @@ export interface DeleteOptions {
   preconditions?: Preconditions;
 }
 
-/** RFC 3339 timestamp with whole seconds, as Kubernetes writes it. */
-export function timestamp(d = new Date()): string {
-  return d.toISOString().replace(/\.\d{3}Z$/, "Z");
-}
-
-function randomHex(bytes: number): string {
-  const b = crypto.getRandomValues(new Uint8Array(bytes));
-  return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
-}
-
 /** The tenants' worlds over one {@link Store}. */
 export class Ipam {
   readonly #store: Store;
   readonly #allocator: Allocator;
   #projects = new Map<string, Project>();
   #tokens = new Map<string, string>();
+  /** Retained allocations: settings, release, the lease sweep (admin `/retention`). */
+  readonly retained: Retained;
 
   constructor(store: Store, seed: Seed) {
     this.#store = store;
     this.#allocator = new Allocator(store);
+    this.retained = new Retained(store, this.#allocator, seed.retention, (r) => this.#leaseOf(r));
     this.#applySeed(seed);
   }
 
@@ -182,18 +184,33 @@ export class Ipam {
     return this.#store.listClaims(project, ns).map((r) => claimObject(r));
   }
 
-  /** Creates and binds a claim in one transaction (rolled back on dry run). */
+  /**
+   * Creates and binds a claim in one transaction (rolled back on dry run). A
+   * retained allocation under the claim's name is re-bound, or refused
+   * (reclaim.ts); a pinned `spec.address` is not looked at then, as Milo's
+   * reclaim comes before allocation (`internal/registry/ipam/ipclaim/storage.go`).
+   */
   createClaim(project: string, ns: string, body: unknown, dryRun = false): IPClaimObject {
     const p = this.#project(project);
     const req = parseClaimRequest(ns, body);
     const [className, cls] = resolveClass(p.name, p.classes, req.spec);
     const plans = p.pools.filter((x) => x.spec.classNames.includes(className));
     if (plans.length === 0) throw badRequest(`IPClass "${className}" is not served by any IPPool`);
+    const allocName = allocationNameFor(ns, req.name);
+    const scope = scopeKey(cls, req.spec.scope);
     let picked: Pick | undefined;
     const row = this.#store.tx(() => {
       if (this.#store.getClaim(project, ns, req.name)) throw alreadyExists("ipclaims", req.name);
+      const b: BindRequest = { project, ns, req, className, cls, allocName, rv: 0 };
+      const retained = this.#store.getAllocation(project, ns, allocName);
+      if (retained) {
+        const c = { name: req.name, className, cls, scopeKey: scope };
+        refuseReclaim(this.retained.settings().recreate, retained, c);
+        return this.#rebind({ ...b, rv: this.#store.nextRV() }, retained);
+      }
       picked = this.#pick(project, plans, className, cls, req);
-      return this.#bind(project, ns, req, className, cls, picked);
+      const at = { pool: picked.plan.name, start: picked.start };
+      return this.#bind({ ...b, rv: this.#store.nextRV() }, at, scope);
     }, dryRun);
     if (!dryRun && picked && !req.spec.address) this.#allocator.picked(project, picked);
     return claimObject(row);
@@ -209,7 +226,7 @@ export class Ipam {
   ): Pick {
     const address = req.spec.address;
     if (address) {
-      return this.#allocator.pinned(project, plans, { name: req.name, className, cls, address });
+      return this.#allocator.pinned(project, plans, { className, cls, address });
     }
     for (const plan of plans) {
       const start = this.#allocator.firstFree(project, plan);
@@ -220,81 +237,43 @@ export class Ipam {
     throw exhausted(last.name, className, cls.prefixLength, used);
   }
 
-  /** Writes the claim and its allocation for the picked unit (inside the create's tx). */
-  #bind(
-    project: string,
-    ns: string,
-    req: ClaimRequest,
-    className: string,
-    cls: ClassSpec,
-    picked: Pick,
-  ): ClaimRow {
-    const fam = cls.ipFamily;
-    const { address, prefixLength, scope } = req.spec;
-    // Milo overwrites ownerRef with the caller's project and keeps only the client's uid.
-    const spec: ClaimSpec = {
-      className,
-      ipFamily: fam,
-      ...(address === undefined ? {} : { address }),
-      ...(prefixLength === undefined ? {} : { prefixLength }),
-      ...(scope === undefined ? {} : { scope }),
-      reclaimPolicy: req.spec.reclaimPolicy ?? "Delete",
-      ownerRef: {
-        apiGroup: "resourcemanager.miloapis.com",
-        kind: "Project",
-        name: project,
-        ...(req.spec.ownerUid === undefined ? {} : { uid: req.spec.ownerUid }),
-      },
-    };
-    const rv = this.#store.nextRV();
-    const created = timestamp();
-    const cidr = formatCIDR(fam, picked.start, cls.prefixLength);
-    const claim: ClaimRow = {
-      project,
-      namespace: ns,
-      name: req.name,
-      uid: crypto.randomUUID(),
-      rv,
-      created,
-      labels: JSON.stringify(req.labels),
-      annotations: JSON.stringify(req.annotations),
-      spec: JSON.stringify(spec),
-      class_name: className,
-      pool: picked.plan.name,
-      cidr,
-      address: cls.prefixLength === familyBits(fam) ? formatIP(fam, picked.start) : "",
-      alloc_name: `alloc-${randomHex(8)}`,
-      phase: "Bound",
-    };
-    const allocation: AllocationRow = {
-      project,
-      namespace: ns,
-      name: claim.alloc_name,
-      uid: crypto.randomUUID(),
-      rv,
-      created,
-      pool: claim.pool,
-      start: ipKey(picked.start),
-      prefix: cls.prefixLength,
-      family: fam,
-      cidr,
-      class_name: className,
-      claim_name: claim.name,
-      claim_uid: claim.uid,
-      labels: claim.labels,
-      phase: "Allocated",
-    };
+  /** Writes the claim and its new allocation at `at` (inside the create's tx). */
+  #bind(b: BindRequest, at: Placement, scope: string): ClaimRow {
+    const claim = claimRow(b, at);
     this.#store.insertClaim(claim);
-    this.#store.insertAllocation(allocation);
-    this.#store.touchPool(project, claim.pool, rv);
+    this.#store.insertAllocation(allocationRow(claim, b, at, scope));
+    this.#store.touchPool(b.project, claim.pool, b.rv);
     return claim;
   }
 
   /**
-   * Deletes a claim and (reclaimPolicy Delete) its allocation in one
-   * transaction; answers the claim in phase Releasing. 404 when missing,
-   * 409 when `preconditions` do not match. With `failRelease` the claim is
-   * left in phase Releasing and a 500 is thrown.
+   * Writes the claim over the retained allocation `r` and binds `r` to it
+   * again: same address, lease clock stopped, its recorded reclaimPolicy kept
+   * (Milo re-binds the row and decides a later release by the policy on it).
+   */
+  #rebind(b: BindRequest, r: AllocationRow): ClaimRow {
+    const claim = claimRow(b, placementOf(r), r.prefix);
+    this.#store.insertClaim(claim);
+    this.#store.updateAllocation(b.project, b.ns, r.name, {
+      claim_name: claim.name,
+      claim_uid: claim.uid,
+      labels: claim.labels,
+      phase: "Allocated",
+      retained_at: null,
+      expiring_at: null,
+      release_at: null,
+      rv: b.rv,
+    });
+    this.#store.touchPool(b.project, claim.pool, b.rv);
+    return claim;
+  }
+
+  /**
+   * Deletes a claim and, by the reclaimPolicy its allocation recorded, frees
+   * (Delete) or retains (Retain: kept, unbound, its lease clock started) the
+   * allocation, in one transaction; answers the claim in phase Releasing.
+   * 404 when missing, 409 when `preconditions` do not match. With
+   * `failRelease` the claim is left in phase Releasing and a 500 is thrown.
    */
   deleteClaim(project: string, ns: string, name: string, opts: DeleteOptions = {}): IPClaimObject {
     this.#project(project);
@@ -309,14 +288,20 @@ export class Ipam {
     const out = this.#store.tx(() => {
       const r = this.#claimToDelete(project, ns, name, opts.preconditions);
       const rv = this.#store.nextRV();
-      const spec = JSON.parse(r.spec) as ClaimSpec;
       const alloc = this.#store.getAllocation(project, ns, r.alloc_name);
       this.#store.deleteClaim(project, ns, name);
-      if (alloc && spec.reclaimPolicy !== "Retain") {
+      if (alloc && alloc.reclaim_policy !== "Retain") {
         this.#store.deleteAllocation(project, ns, r.alloc_name);
         freed = alloc;
       } else if (alloc) {
-        this.#store.retainAllocation(project, ns, r.alloc_name, rv);
+        this.#store.updateAllocation(project, ns, r.alloc_name, {
+          phase: "Retained",
+          claim_uid: null,
+          retained_at: Date.now(),
+          expiring_at: null,
+          release_at: null,
+          rv,
+        });
       }
       this.#store.touchPool(project, r.pool, rv);
       return claimObject(r, "Releasing", rv);
@@ -351,23 +336,25 @@ export class Ipam {
     this.#project(project);
     return this.#store.listAllocations(project, ns).map(allocationObject);
   }
+
+  /** Deletes a retained allocation (its address is free at once); a bound one is 422. */
+  deleteAllocation(project: string, ns: string, name: string, dryRun = false): IPAllocationObject {
+    this.#project(project);
+    return this.retained.release(project, ns, name, dryRun);
+  }
+
+  /** The lease of a retained allocation: its class's, capped by its pool's (lease.go). */
+  #leaseOf(r: AllocationRow): number | undefined {
+    const p = this.#projects.get(r.project);
+    const plan = p?.pools.find((x) => x.name === r.pool);
+    return effectiveLease(
+      p?.classes.get(r.class_name)?.retentionLease,
+      plan?.spec.maxRetentionLease,
+    );
+  }
 }
 
 /** Names of the pools of `p` that serve class `className`, in seed order. */
 function poolsOf(p: Project, className: string): string[] {
   return p.pools.filter((x) => x.spec.classNames.includes(className)).map((x) => x.name);
-}
-
-function releaseFailed(name: string): ApiError {
-  return new ApiError(
-    500,
-    "InternalError",
-    `Internal error occurred: release of ipclaims.ipam.miloapis.com "${name}" did not complete; retry the delete`,
-    {
-      name,
-      group: "ipam.miloapis.com",
-      kind: "ipclaims",
-      causes: [{ message: "injected release failure" }],
-    },
-  );
 }

@@ -93,9 +93,21 @@ export interface IPAllocationObject {
     ipFamily: string;
     cidr: string;
     prefixLength: number;
-    claimRef: { namespace: string; name: string | null; uid: string | null };
+    reclaimPolicy: string;
+    /** The claim it is bound to; absent while retained (Milo's `spec.claimRef` is nil then). */
+    claimRef?: { namespace: string; name: string | null; uid: string | null };
   };
-  status: { phase: string };
+  /** `Allocated`, or `Retained` / `Expiring` (lease elapsed) with conditions saying so. */
+  status: { phase: string; conditions?: Condition[] };
+}
+
+/** A `metav1.Condition`. */
+export interface Condition {
+  type: string;
+  status: "True" | "False";
+  reason: string;
+  message: string;
+  lastTransitionTime: string;
 }
 
 /** Any object of the group. */
@@ -177,7 +189,8 @@ export function allocationObject(r: AllocationRow): IPAllocationObject {
   const metadata = objectMeta(r);
   const labels = nonEmpty(r.labels);
   if (labels) metadata.labels = labels;
-  if (r.claim_name && r.phase === "Allocated") {
+  const bound = r.phase === "Allocated";
+  if (r.claim_name && bound) {
     metadata.ownerReferences = [{
       apiVersion: API_VERSION,
       kind: "IPClaim",
@@ -197,8 +210,41 @@ export function allocationObject(r: AllocationRow): IPAllocationObject {
       ipFamily: r.family,
       cidr: r.cidr,
       prefixLength: r.prefix,
-      claimRef: { namespace: r.namespace, name: r.claim_name, uid: r.claim_uid },
+      reclaimPolicy: r.reclaim_policy,
+      ...(bound
+        ? { claimRef: { namespace: r.namespace, name: r.claim_name, uid: r.claim_uid } }
+        : {}),
     },
-    status: { phase: r.phase },
+    status: { phase: r.phase, ...(bound ? {} : { conditions: retainedConditions(r) }) },
   };
+}
+
+const rfc3339 = (ms: number | null) => new Date(ms ?? 0).toISOString().replace(/\.\d{3}Z$/, "Z");
+
+/**
+ * The conditions of a retained allocation, in Milo's words: `Bound` False
+ * `Retained` (`unbindAllocation` in `internal/registry/ipam/ipclaim/storage.go`),
+ * and once its lease elapsed `Expiring` True `RetentionLeaseElapsed`
+ * (`markExpiring` in `internal/allocator/sweep.go`).
+ */
+function retainedConditions(r: AllocationRow): Condition[] {
+  const out: Condition[] = [{
+    type: "Bound",
+    status: "False",
+    reason: "Retained",
+    message: "the claim was deleted under reclaimPolicy Retain; this address is still held",
+    lastTransitionTime: rfc3339(r.retained_at),
+  }];
+  if (r.phase === "Expiring") {
+    out.push({
+      type: "Expiring",
+      status: "True",
+      reason: "RetentionLeaseElapsed",
+      message: `retention lease elapsed; this address will be released at ${
+        rfc3339(r.release_at)
+      } unless the allocation is re-bound or its lease extended`,
+      lastTransitionTime: rfc3339(r.expiring_at),
+    });
+  }
+  return out;
 }

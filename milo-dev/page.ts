@@ -2,7 +2,7 @@
 
 import type { Ipam } from "./ipam.ts";
 import { familyBits } from "./ipmath.ts";
-import type { IPClaimObject } from "./objects.ts";
+import type { IPAllocationObject, IPClaimObject } from "./objects.ts";
 
 const P = "milo-ipam.io/";
 const UNLABELLED = "(unlabelled)";
@@ -28,7 +28,22 @@ export interface PoolUsage {
   allocated: string;
   available: string;
   reserved: string;
+  /** Allocated units held by retained allocations (their claim deleted under Retain). */
+  retained: string;
   utilizationPercent: number;
+}
+
+/** One retained allocation: its claim is gone, its address still held. */
+export interface RetainedAddress {
+  allocation: string;
+  namespace: string;
+  cidr: string;
+  pool: string;
+  className: string;
+  /** `Retained`, or `Expiring` once its lease elapsed. */
+  phase: string;
+  /** When its claim was deleted. */
+  since: string;
 }
 
 /** Utilization snapshot of the projects shown on the page. */
@@ -38,6 +53,7 @@ export interface Utilization {
     name: string;
     claims: number;
     pools: PoolUsage[];
+    retained: RetainedAddress[];
     clusters: { name: string; nodes: { name: string; leases: Lease[] }[] }[];
   }[];
 }
@@ -52,6 +68,8 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
   return {
     generatedAt: new Date().toISOString(),
     projects: names.map((name) => {
+      const retained = ipam.listAllocations(name).filter((a) => a.status.phase !== "Allocated")
+        .map(retainedAddress);
       const pools = ipam.poolPlans(name).map((plan): PoolUsage => {
         const c = ipam.capacity(name, plan);
         return {
@@ -65,6 +83,7 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
           allocated: String(c.allocated),
           available: String(c.available),
           reserved: String(c.reserved),
+          retained: String(retained.filter((r) => r.pool === plan.name).length),
           utilizationPercent: c.utilizationPercent,
         };
       });
@@ -101,6 +120,7 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
         name,
         claims: claims.length,
         pools,
+        retained,
         clusters: [...clusters].sort(([a], [b]) => byName(a, b)).map(([cn, nodes]) => ({
           name: cn,
           nodes: [...nodes].sort(([a], [b]) => byName(a, b)).map(([nn, leases]) => ({
@@ -112,6 +132,19 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
         })),
       };
     }),
+  };
+}
+
+function retainedAddress(a: IPAllocationObject): RetainedAddress {
+  const bound = a.status.conditions?.find((c) => c.type === "Bound");
+  return {
+    allocation: a.metadata.name,
+    namespace: a.metadata.namespace ?? "",
+    cidr: a.spec.cidr,
+    pool: a.spec.poolRef.name,
+    className: a.spec.className,
+    phase: a.status.phase,
+    since: bound?.lastTransitionTime ?? a.metadata.creationTimestamp,
   };
 }
 
@@ -253,7 +286,18 @@ function poolCard(p) {
     h("div", { class: "nums" },
       h("span", { title: p.allocated + " / " + p.total }, h("b", { class: "allocated" }, big(p.allocated)), " / ",
         h("span", { class: "total" }, big(p.total)), " " + unit + " allocated"),
-      h("span", { title: p.available + " free" }, h("b", null, big(p.available)), " free · " + big(p.reserved) + " reserved")));
+      h("span", { title: p.available + " free" }, h("b", null, big(p.available)), " free · " + big(p.reserved) + " reserved" +
+        (p.retained !== "0" ? " · " + big(p.retained) + " retained" : ""))));
+}
+function retainedCard(rs) {
+  const now = Date.now();
+  const cols = ["Allocation", "Address", "Pool", "Class", "Phase", "Retained for"].map((t) => h("th", null, t));
+  return h("div", { class: "card retained" },
+    h("table", null, h("thead", null, h("tr", null, cols)),
+      h("tbody", null, rs.map((r) => h("tr", { class: "retained-row", "data-allocation": r.allocation },
+        h("td", { class: "mono" }, r.namespace + "/" + r.allocation), h("td", { class: "mono" }, r.cidr),
+        h("td", null, r.pool), h("td", null, r.className), h("td", null, r.phase),
+        h("td", { class: "age", "data-created": r.since }, age(r.since, now)))))));
 }
 function leaseRow(l, now) {
   return h("tr", { class: "lease", "data-pod": l.pod },
@@ -301,6 +345,9 @@ function render() {
     parts.push(h("section", { class: "project", "data-project": p.name },
       head,
       h("div", { class: "pools" }, p.pools.map(poolCard)),
+      ...(p.retained.length ? [h("h3", null, "Retained addresses", h("span", { class: "meta" },
+        plural(p.retained.length, "allocation") + " held after its claim was deleted (reclaimPolicy Retain)")),
+        retainedCard(p.retained)] : []),
       h("h3", null, "Pod leases", h("span", { class: "meta" }, "by cluster and node")),
       clusters));
   }

@@ -2,6 +2,13 @@
 
 import { blockSize, type CIDR, type IPFamily, parseCIDR } from "./ipmath.ts";
 import { subdomainError } from "./names.ts";
+import {
+  defaultRetention,
+  leaseError,
+  mergeRetention,
+  RetentionError,
+  type RetentionSettings,
+} from "./retention.ts";
 
 /** IPClass spec as seeded (see milo-dev/README.md). */
 export interface ClassSpec {
@@ -11,6 +18,10 @@ export interface ClassSpec {
   consumers?: string[];
   default?: boolean;
   allocationStrategy?: "FirstFit";
+  /** The policy of claims that name none (Milo's class default); `Delete` when unset. */
+  reclaimPolicy?: "Delete" | "Retain";
+  /** How long a retained allocation of this class waits (Go duration, e.g. `720h`); unset: forever. */
+  retentionLease?: string;
   [k: string]: unknown;
 }
 
@@ -20,6 +31,8 @@ export interface PoolSpec {
   ipFamily: IPFamily;
   classNames: string[];
   reservations?: { leading?: number; trailing?: number; unitPrefixLength?: number };
+  /** Caps the retention lease of every class drawn from this pool (Go duration). */
+  maxRetentionLease?: string;
   [k: string]: unknown;
 }
 
@@ -40,6 +53,8 @@ export interface SeedProject {
 /** The whole seed document. */
 export interface Seed {
   projects: SeedProject[];
+  /** Reclaim behaviour and the lease sweeper (see retention.ts). */
+  retention: RetentionSettings;
 }
 
 /** A pool with its parsed CIDR and the unit it is carved into. */
@@ -115,6 +130,12 @@ export function validateSeed(doc: unknown): Seed {
       if (spec.allocationStrategy !== undefined && spec.allocationStrategy !== "FirstFit") {
         fail(w, "allocationStrategy supports FirstFit only");
       }
+      const rp = spec.reclaimPolicy;
+      if (rp !== undefined && rp !== "Delete" && rp !== "Retain") {
+        fail(w, "reclaimPolicy must be Delete or Retain");
+      }
+      const le = leaseError(spec.retentionLease, "retentionLease");
+      if (le) fail(w, le);
       return { metadata: { name: cn }, spec };
     });
     const classMap = new Map(classes.map((c) => [c.metadata.name, c.spec]));
@@ -141,7 +162,14 @@ export function validateSeed(doc: unknown): Seed {
     }
     return { name, tokens: toks, ipClasses: classes, ipPools: pools };
   });
-  return { projects: out };
+  let retention: RetentionSettings;
+  try {
+    retention = mergeRetention(defaultRetention(), (doc as { retention?: unknown }).retention);
+  } catch (err) {
+    if (err instanceof RetentionError) fail("retention", err.message);
+    throw err;
+  }
+  return { projects: out, retention };
 }
 
 /** Checks a pool against its classes and returns its allocation plan. */
@@ -168,6 +196,8 @@ export function planPool(name: string, spec: PoolSpec, classes: Map<string, Clas
     prefixes.add(c.prefixLength);
   }
   if (prefixes.size > 1) fail(w, "all classes of one pool must share one prefixLength");
+  const le = leaseError(spec.maxRetentionLease, "maxRetentionLease");
+  if (le) fail(w, le);
   const r = spec.reservations ?? {};
   const bits = cidr.family === "IPv4" ? 32 : 128;
   const unitPrefix = [...prefixes][0] ?? r.unitPrefixLength ?? bits;

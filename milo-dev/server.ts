@@ -13,6 +13,7 @@ import {
   type Limits,
 } from "./limits.ts";
 import { ApiListener } from "./listener.ts";
+import { SweepTimer } from "./retention.ts";
 import { loadSeedFile, type Seed, validateSeed } from "./seed.ts";
 import { newStats } from "./stats.ts";
 import { Store } from "./store.ts";
@@ -90,6 +91,16 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     store.close();
     throw err;
   }
+  const sweeper = new SweepTimer(() => {
+    try {
+      const r = ipam.retained.sweep();
+      if (r.marked || r.released) {
+        log(`milo-dev: lease sweep: ${r.marked} marked Expiring, ${r.released} released`);
+      }
+    } catch (err) {
+      log(`milo-dev: lease sweep failed: ${err instanceof Error ? err.message : err}`);
+    }
+  });
   const faults = new FaultState();
   const ceiling = new AllocationCeiling(startLimits);
   let stats = newStats(tls !== undefined);
@@ -100,6 +111,7 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     store.close();
     throw err;
   }
+  sweeper.start(ipam.retained.settings());
   const adminServer = serveAdmin(admin.host, admin.port, {
     faults: () => faults.get(),
     async setFaults(next) {
@@ -116,8 +128,15 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     limits: () => ceiling.get(),
     startLimits: () => ({ ...startLimits }),
     setLimits: (next) => ceiling.set(next),
-    stats: () => stats,
+    stats: () => ({ ...stats, retained: ipam.retained.count() }),
     resetStats: () => stats = newStats(tls !== undefined),
+    retention: () => ipam.retained.settings(),
+    seedRetention: () => ipam.retained.seedSettings(),
+    setRetention(next) {
+      ipam.retained.set(next);
+      sweeper.start(next);
+    },
+    sweep: (advanceMs) => ipam.retained.sweep(Date.now() + advanceMs),
   });
   let closed: Promise<void> | undefined;
   return {
@@ -128,6 +147,7 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     ceiling,
     close() {
       closed ??= (async () => {
+        sweeper.stop();
         await Promise.all([adminServer.close(), api.close()]);
         store.close();
       })();

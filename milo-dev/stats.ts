@@ -27,6 +27,12 @@ export interface Stats {
   throttled: number;
   /** Claim creates that committed an allocation (201, not a dry run). */
   allocations: number;
+  /**
+   * IPAllocations retained now (their claim deleted under reclaimPolicy
+   * Retain, not yet re-bound, released or swept): a gauge read at GET, not
+   * reset. Admin `/stats` only.
+   */
+  retained?: number;
   since: string;
 }
 

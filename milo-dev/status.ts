@@ -102,13 +102,17 @@ export function alreadyExists(kind: string, name: string): ApiError {
   );
 }
 
-/** 409 Conflict (e.g. a pinned address that is taken). */
+/**
+ * 409 Conflict, apimachinery's `NewConflict`: a failed precondition, a
+ * pinned address that is taken (name empty, as Milo passes it, so details
+ * carry none), a retained allocation that will not re-bind.
+ */
 export function conflict(kind: string, name: string, why: string): ApiError {
   return new ApiError(
     409,
     "Conflict",
     `Operation cannot be fulfilled on ${kind}.${GROUP} "${name}": ${why}`,
-    { name, group: GROUP, kind },
+    { ...(name ? { name } : {}), group: GROUP, kind },
   );
 }
 
@@ -117,7 +121,7 @@ export interface FieldCause {
   field: string;
   value?: string;
   detail?: string;
-  type?: "Invalid" | "Required" | "Unsupported";
+  type?: "Invalid" | "Required" | "Unsupported" | "Forbidden";
 }
 
 /** 422 Invalid for an object of `kind` (e.g. `IPClaim`). */
@@ -128,12 +132,15 @@ export function invalid(
 ): ApiError {
   const text = (c: FieldCause) => {
     if (c.type === "Required") return `Required value${c.detail ? `: ${c.detail}` : ""}`;
+    if (c.type === "Forbidden") return `Forbidden: ${c.detail ?? ""}`;
     const label = c.type === "Unsupported" ? "Unsupported value" : "Invalid value";
     return `${label}: ${JSON.stringify(c.value ?? "")}${c.detail ? `: ${c.detail}` : ""}`;
   };
   const reasonOf = (c: FieldCause) =>
     c.type === "Required"
       ? "FieldValueRequired"
+      : c.type === "Forbidden"
+      ? "FieldValueForbidden"
       : c.type === "Unsupported"
       ? "FieldValueNotSupported"
       : "FieldValueInvalid";
@@ -151,6 +158,8 @@ export function invalid(
         reason: reasonOf(c),
         message: c.type === "Required"
           ? "Required value"
+          : c.type === "Forbidden"
+          ? text(c)
           : `${c.type === "Unsupported" ? "Unsupported value" : "Invalid value"}: ${
             JSON.stringify(c.value ?? "")
           }`,
@@ -231,4 +240,19 @@ export function injected(code: number, retryAfterSeconds: number): ApiError {
         { causes: [{ message: "injected fault" }] },
       );
   }
+}
+
+/** 500 for a release that did not complete (the injected `releaseFailRate` fault). */
+export function releaseFailed(name: string): ApiError {
+  return new ApiError(
+    500,
+    "InternalError",
+    `Internal error occurred: release of ipclaims.ipam.miloapis.com "${name}" did not complete; retry the delete`,
+    {
+      name,
+      group: "ipam.miloapis.com",
+      kind: "ipclaims",
+      causes: [{ message: "injected release failure" }],
+    },
+  );
 }

@@ -5,60 +5,17 @@
 
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import { fromIpKey, ipKey } from "./ipmath.ts";
+import {
+  ALLOCATION_COLUMNS,
+  type AllocationRow,
+  CLAIM_COLUMNS,
+  type ClaimRow,
+  insertSql,
+  type ObjectRow,
+  type SeededTable,
+} from "./rows.ts";
 
-/** A claim row as stored (`labels`, `annotations`, `spec` are JSON text). */
-export interface ClaimRow {
-  project: string;
-  namespace: string;
-  name: string;
-  uid: string;
-  rv: number;
-  created: string;
-  labels: string;
-  annotations: string;
-  spec: string;
-  class_name: string;
-  pool: string;
-  cidr: string;
-  /** The single address of a /32 or /128 claim; empty for blocks. */
-  address: string;
-  alloc_name: string;
-  phase: string;
-}
-
-/** An allocation row as stored (`start` in {@link ipKey} form, `labels` JSON text). */
-export interface AllocationRow {
-  project: string;
-  namespace: string;
-  name: string;
-  uid: string;
-  rv: number;
-  created: string;
-  pool: string;
-  start: string;
-  prefix: number;
-  family: string;
-  cidr: string;
-  class_name: string;
-  claim_name: string | null;
-  claim_uid: string | null;
-  labels: string;
-  phase: string;
-}
-
-/** A seeded class or pool row (`spec` JSON text, `ord` its place in the seed). */
-export interface ObjectRow {
-  project: string;
-  name: string;
-  uid: string;
-  rv: number;
-  created: string;
-  spec: string;
-  ord: number;
-}
-
-/** The two tables the seed fills. */
-export type SeededTable = "classes" | "pools";
+export type { AllocationRow, ClaimRow, ObjectRow, SeededTable } from "./rows.ts";
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -84,52 +41,20 @@ CREATE TABLE IF NOT EXISTS allocations (
   pool TEXT NOT NULL, start TEXT NOT NULL, prefix INTEGER NOT NULL,
   family TEXT NOT NULL, cidr TEXT NOT NULL, class_name TEXT NOT NULL,
   claim_name TEXT, claim_uid TEXT, labels TEXT NOT NULL, phase TEXT NOT NULL,
+  reclaim_policy TEXT NOT NULL DEFAULT 'Delete', scope_key TEXT NOT NULL DEFAULT '',
+  retained_at INTEGER, expiring_at INTEGER, release_at INTEGER,
   PRIMARY KEY (project, namespace, name),
   UNIQUE (project, pool, start));
 `;
 
-const CLAIM_COLUMNS = [
-  "project",
-  "namespace",
-  "name",
-  "uid",
-  "rv",
-  "created",
-  "labels",
-  "annotations",
-  "spec",
-  "class_name",
-  "pool",
-  "cidr",
-  "address",
-  "alloc_name",
-  "phase",
-] as const satisfies readonly (keyof ClaimRow)[];
-
-const ALLOCATION_COLUMNS = [
-  "project",
-  "namespace",
-  "name",
-  "uid",
-  "rv",
-  "created",
-  "pool",
-  "start",
-  "prefix",
-  "family",
-  "cidr",
-  "class_name",
-  "claim_name",
-  "claim_uid",
-  "labels",
-  "phase",
-] as const satisfies readonly (keyof AllocationRow)[];
-
-function insertSql(table: string, columns: readonly string[]): string {
-  return `INSERT INTO ${table} (${columns.join(", ")}) VALUES (${
-    columns.map(() => "?").join(", ")
-  })`;
-}
+/** Columns added after the first schema, for databases made before them. */
+const ADDED_ALLOCATION_COLUMNS = [
+  "reclaim_policy TEXT NOT NULL DEFAULT 'Delete'",
+  "scope_key TEXT NOT NULL DEFAULT ''",
+  "retained_at INTEGER",
+  "expiring_at INTEGER",
+  "release_at INTEGER",
+];
 
 const KEY3 = "project = ? AND namespace = ? AND name = ?";
 
@@ -144,6 +69,12 @@ export class Store {
     this.#db.exec("PRAGMA synchronous=FULL");
     this.#db.exec("PRAGMA busy_timeout=5000");
     this.#db.exec(SCHEMA);
+    const have = new Set(
+      this.#all<{ name: string }>("PRAGMA table_info(allocations)").map((c) => c.name),
+    );
+    for (const col of ADDED_ALLOCATION_COLUMNS) {
+      if (!have.has(col.split(" ")[0])) this.#db.exec(`ALTER TABLE allocations ADD COLUMN ${col}`);
+    }
   }
 
   #sql(text: string): StatementSync {
@@ -320,15 +251,38 @@ export class Store {
     this.#run(`DELETE FROM allocations WHERE ${KEY3}`, project, ns, name);
   }
 
-  /** Keeps an allocation whose claim is gone (reclaimPolicy Retain). */
-  retainAllocation(project: string, ns: string, name: string, rv: number): void {
+  /** Sets columns of an allocation (retain, re-bind, mark Expiring). */
+  updateAllocation(
+    project: string,
+    ns: string,
+    name: string,
+    set: Partial<Omit<AllocationRow, "project" | "namespace" | "name">>,
+  ): void {
+    const cols = Object.keys(set) as (keyof typeof set)[];
     this.#run(
-      `UPDATE allocations SET phase = 'Retained', rv = ? WHERE ${KEY3}`,
-      rv,
+      `UPDATE allocations SET ${cols.map((c) => `${c} = ?`).join(", ")} WHERE ${KEY3}`,
+      ...cols.map((c) => set[c] as SQLInputValue),
       project,
       ns,
       name,
     );
+  }
+
+  /** Retained allocations (with a retention time) of every project, oldest first. */
+  listRetained(): AllocationRow[] {
+    return this.#all(
+      "SELECT * FROM allocations WHERE retained_at IS NOT NULL ORDER BY retained_at",
+    );
+  }
+
+  /** How many allocations are retained (claim gone), in a project or everywhere. */
+  countRetained(project?: string): number {
+    const where = "phase != 'Allocated'" + (project === undefined ? "" : " AND project = ?");
+    const params = project === undefined ? [] : [project];
+    return this.#get<{ n: number }>(
+      `SELECT count(*) AS n FROM allocations WHERE ${where}`,
+      ...params,
+    )!.n;
   }
 
   /** How many units of a pool are allocated. */

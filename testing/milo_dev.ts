@@ -6,6 +6,7 @@
 
 import { isIP } from "node:net";
 import type { Limits } from "../milo-dev/limits.ts";
+import type { RetentionSettings, SweepResult } from "../milo-dev/retention.ts";
 import type { Stats } from "../milo-dev/stats.ts";
 import { loadSeedFile } from "../milo-dev/seed.ts";
 import { parseHostPort } from "../milo-dev/server.ts";
@@ -58,7 +59,22 @@ export interface MiloDev {
   limits(): Promise<Limits>;
   /** PUT /limits, e.g. `{ allocationsPerSecond: 5 }` (0: unlimited); answers the limits in force. */
   setLimits(l: Limits): Promise<Limits>;
-  /** The counters, with `lists`, `listRowsScanned`, `listsByKind`, `throttled`, `allocations`. */
+  /** GET /retention: `recreate`, `sweepInterval`, `leaseGrace` in force. */
+  retention(): Promise<RetentionSettings>;
+  /**
+   * PUT /retention, e.g. `{ recreate: "Conflict" }` (unnamed settings back to
+   * the seed's `retention`); answers the settings in force.
+   */
+  setRetention(r: Partial<RetentionSettings>): Promise<RetentionSettings>;
+  /**
+   * POST /retention/sweep: one lease-sweeper pass now, or as if `advance` (a
+   * Go duration, e.g. `"25h"`) had passed, so a test ages a lease without waiting.
+   */
+  sweep(advance?: string): Promise<SweepResult>;
+  /**
+   * The counters, with `lists`, `listRowsScanned`, `listsByKind`, `throttled`,
+   * `allocations`, and the gauge `retained`.
+   */
   stats(): Promise<Stats>;
   resetStats(): Promise<void>;
   /** Sends a signal (default SIGKILL) and waits for the process to exit. */
@@ -205,6 +221,19 @@ class Launched implements MiloDev {
     return this.#admin("PUT", "/limits", l) as Promise<Limits>;
   }
 
+  retention(): Promise<RetentionSettings> {
+    return this.#admin("GET", "/retention") as Promise<RetentionSettings>;
+  }
+
+  setRetention(r: Partial<RetentionSettings>): Promise<RetentionSettings> {
+    return this.#admin("PUT", "/retention", r) as Promise<RetentionSettings>;
+  }
+
+  sweep(advance?: string): Promise<SweepResult> {
+    const body = advance === undefined ? {} : { advance };
+    return this.#admin("POST", "/retention/sweep", body) as Promise<SweepResult>;
+  }
+
   stats(): Promise<Stats> {
     return this.#admin("GET", "/stats") as Promise<Stats>;
   }
@@ -299,11 +328,12 @@ export function claimBody(
     address?: string;
     ipFamily?: string;
     scope?: Record<string, unknown> | null;
+    reclaimPolicy?: "Delete" | "Retain";
   } = {},
 ): Record<string, unknown> {
   const spec: Record<string, unknown> = {
     className: opts.className ?? "vpc-pods-ipv4",
-    reclaimPolicy: "Delete",
+    reclaimPolicy: opts.reclaimPolicy ?? "Delete",
   };
   if (opts.ipFamily) spec.ipFamily = opts.ipFamily;
   if (opts.address) spec.address = opts.address;

@@ -75,3 +75,30 @@ export function runtimeSeed(prefix: string, id: string, cidr: string) {
   };
   return { seed, project: `tenant-${id}`, token: seed.projects[0].tokens[0], className };
 }
+
+/**
+ * {@link DEV_SEED} for stable-address tests: tenant-a's classes carry
+ * `retentionLease` (when given), a second IPv4 class `vpc-pods-ipv4-b` shares
+ * the /24 (a class mismatch), and the seed's `retention` block is `retention`
+ * (`recreate`: `Rebind` or `Conflict`; `sweepInterval`, `leaseGrace`).
+ */
+export function retainSeed(
+  opts: { retentionLease?: string; retention?: Record<string, string> } = {},
+) {
+  const seed = structuredClone(example) as typeof example & { retention?: object };
+  const tenant = seed.projects[0];
+  const classes = tenant.ipClasses as {
+    metadata: { name: string };
+    spec: Record<string, unknown>;
+  }[];
+  if (opts.retentionLease) {
+    for (const c of classes) c.spec.retentionLease = opts.retentionLease;
+  }
+  const b = structuredClone(classes[0]);
+  b.metadata.name = "vpc-pods-ipv4-b";
+  b.spec.default = false;
+  classes.push(b);
+  tenant.ipPools[0].spec.classNames.push(b.metadata.name);
+  if (opts.retention) seed.retention = opts.retention;
+  return seed;
+}

@@ -15,6 +15,7 @@ import { multusAttachments } from "../testing/e2e/scenarios/multus.ts";
 import { twoClustersOnePool } from "../testing/e2e/scenarios/one_pool.ts";
 import { delNeverCame } from "../testing/e2e/scenarios/orphans.ts";
 import { ptpIpv6 } from "../testing/e2e/scenarios/ptp.ts";
+import { stableAddresses } from "../testing/e2e/scenarios/stable.ts";
 import { INFLIGHT, LOADED_TIMEOUTS, type Run, timed } from "../testing/e2e/scenarios/run.ts";
 
 const MISSING = e2eMissing();
@@ -32,7 +33,7 @@ const MULTUS_CHURN: Record<Mode, number> = {
   direct: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.direct)),
   agent: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.agent)),
 };
-/** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7); all by default. Not in CI. */
+/** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7, 8); all by default. Not in CI. */
 const ONLY = Deno.env.get("E2E_SCENARIOS")?.split(",").map((s) => s.trim()).filter(Boolean);
 if (ONLY && IN_CI) throw new Error("E2E_SCENARIOS is for local runs: CI runs every scenario");
 const wanted = (n: string) => !ONLY || ONLY.includes(n);
@@ -100,6 +101,14 @@ for (const mode of RUN_MODES) {
           `7. Multus: 16 pods live through reconcile, ${MULTUS_CHURN[mode]} lifecycles with ` +
             `faults${mode === "agent" ? " and an agent restart" : ""}, a DEL that never came`,
           () => timed(run, "scenario 7", () => multusAttachments(run, MULTUS_CHURN[mode])),
+        );
+      }
+      if (wanted("8")) {
+        await t.step(
+          "8. stable addresses: db-0 re-created on its node and another gets its address back; " +
+            "a second sandbox gets none; a late DEL releases nothing; a force-deleted holder " +
+            "is released by its node's reconcile",
+          () => timed(run, "scenario 8", () => stableAddresses(run)),
         );
       }
     } finally {

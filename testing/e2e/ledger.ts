@@ -1,7 +1,10 @@
 /**
  * The ledger: Milo's claims against the runtime's live attachments. Three
- * numbers must be 0 after every scenario: duplicate addresses, claims without
- * a live pod, live pods without a claim (or whose claim holds another address).
+ * numbers must be 0 after every scenario: duplicate addresses (among claims and
+ * retained allocations), claims without a live pod, live pods without a claim
+ * (or whose claim holds another address). Retained addresses (Retain claims
+ * deleted, waiting for their name) are counted apart: not a leak while their
+ * lease runs.
  */
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import type { Claim } from "./milo.ts";
@@ -10,6 +13,8 @@ import type { Claim } from "./milo.ts";
 export interface Ledger {
   claims: number;
   live: number;
+  /** Retained allocations: addresses waiting for a claim of their name. */
+  retained: number;
   duplicates: number;
   claimsWithoutPod: number;
   podsWithoutClaim: number;
@@ -44,26 +49,29 @@ function claimKey(c: Claim): string {
   );
 }
 
-function duplicates(claims: Claim[], details: string[]): number {
+function duplicates(claims: Claim[], retained: string[], details: string[]): number {
   const byAddr = new Map<string, number>();
-  for (const c of claims) {
-    const a = normCidr(c.status?.allocatedCIDR ?? "");
-    byAddr.set(a, (byAddr.get(a) ?? 0) + 1);
+  for (const a of [...claims.map((c) => c.status?.allocatedCIDR ?? ""), ...retained]) {
+    byAddr.set(normCidr(a), (byAddr.get(normCidr(a)) ?? 0) + 1);
   }
   let n = 0;
   for (const [a, count] of byAddr) {
     if (count > 1) {
       n += count - 1;
-      details.push(`address ${a} held by ${count} claims`);
+      details.push(`address ${a} held by ${count} claims or retained allocations`);
     }
   }
   return n;
 }
 
-/** Compares the claims with the live attachments. */
-export function computeLedger(claims: Claim[], live: LedgerAttachment[]): Ledger {
+/** Compares the claims (and the retained allocations' CIDRs) with the live attachments. */
+export function computeLedger(
+  claims: Claim[],
+  live: LedgerAttachment[],
+  retained: string[] = [],
+): Ledger {
   const details: string[] = [];
-  const dup = duplicates(claims, details);
+  const dup = duplicates(claims, retained, details);
   const liveKeys = new Map(live.map((l) => [key(l.cluster, l.containerId, l.ifname), l]));
   const claimByKey = new Map<string, Claim[]>();
   let claimsWithoutPod = 0;
@@ -87,6 +95,7 @@ export function computeLedger(claims: Claim[], live: LedgerAttachment[]): Ledger
   return {
     claims: claims.length,
     live: live.length,
+    retained: retained.length,
     duplicates: dup,
     claimsWithoutPod,
     podsWithoutClaim,
@@ -96,7 +105,8 @@ export function computeLedger(claims: Claim[], live: LedgerAttachment[]): Ledger
 
 /** The ledger line the e2e prints after a scenario, naming the mode. */
 export function ledgerLine(mode: string, scenario: string, l: Ledger): string {
-  return `ledger [${mode}] after ${scenario}: claims=${l.claims} live=${l.live} | ` +
+  return `ledger [${mode}] after ${scenario}: claims=${l.claims} live=${l.live} ` +
+    `retained=${l.retained} | ` +
     `duplicate addresses=${l.duplicates} claims without a live pod=${l.claimsWithoutPod} ` +
     `live pods without a claim=${l.podsWithoutClaim}`;
 }

@@ -196,6 +196,23 @@ export class MiloAdmin {
     return ClaimList.parse(r.body).items;
   }
 
+  /**
+   * The CIDRs of the tenant's retained IPAllocations (their claim deleted under
+   * Retain, waiting for a claim of the same name or their lease's end).
+   */
+  async retained(): Promise<string[]> {
+    const r = await this.#api("/namespaces/default/ipallocations");
+    if (r.status !== 200) {
+      throw new Error(`list allocations: ${r.status} ${JSON.stringify(r.body)}`);
+    }
+    const items = isRecord(r.body) && Array.isArray(r.body.items) ? r.body.items : [];
+    return items.flatMap((a) => {
+      const spec = isRecord(a) && isRecord(a.spec) ? a.spec : {};
+      const phase = isRecord(a) && isRecord(a.status) ? a.status.phase : undefined;
+      return phase !== "Allocated" && typeof spec.cidr === "string" ? [spec.cidr] : [];
+    });
+  }
+
   /** Deletes a claim behind the plugin's back (an operator, through the API); the HTTP status. */
   async deleteClaim(name: string): Promise<number> {
     return (await this.#api(`/namespaces/default/ipclaims/${name}`, "DELETE")).status;

@@ -117,7 +117,7 @@ export class World {
       ...await this.cache.liveAttachments(),
       ...(this.multus ? await this.multus.liveAttachments() : []),
     ];
-    return computeLedger(await this.milo.claims(), live);
+    return computeLedger(await this.milo.claims(), live, await this.milo.retained());
   }
 
   /** Tears everything down: agents, milo-dev, the relay, every namespace of this run, the temp dir. */
