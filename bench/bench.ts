@@ -5,6 +5,7 @@
  *   deno task bench --quick    CI smoke: every section at a tiny size, writes .tmp/bench/
  *                              (asserts nothing about timing; fails only when a section breaks)
  *   deno task bench --out DIR  write the report elsewhere
+ *   deno task bench --only fleet   the fleet section alone: writes <date>-fleet.{md,json}
  *
  * Everything runs on 127.0.0.1 (see world.ts). Each section lives in
  * sections/ and returns its part of the results; report/ judges the budgets
@@ -16,10 +17,11 @@ import { contention, cpuSnap, machine, waitForQuiet } from "./machine.ts";
 import { type BenchResults, load1 } from "./model.ts";
 import { FULL, LEVELS, QUICK } from "./plan.ts";
 import { say, text } from "./proc.ts";
-import { writeReport } from "./report.ts";
+import { writeFleetReport, writeReport } from "./report.ts";
 import { agentSection } from "./sections/agent.ts";
 import { anatomySection } from "./sections/anatomy.ts";
 import { concurrencySection } from "./sections/concurrency.ts";
+import { fleetSection } from "./sections/fleet.ts";
 import { latencySection } from "./sections/latency.ts";
 import { probesSection } from "./sections/probes.ts";
 import { rssSection } from "./sections/rss.ts";
@@ -30,9 +32,16 @@ import { makeWorld } from "./world.ts";
 const ROOT = new URL("../", import.meta.url).pathname;
 
 type Measured = Omit<BenchResults, "date" | "quick" | "machine" | "deno" | "contention">;
+type OneWorld = Omit<Measured, "fleet">;
 
-/** Runs every section against one world; the world is torn down before returning. */
+/** Runs every section; the world is torn down before the fleet, which brings its own Milo. */
 async function measure(plan: typeof FULL, began: number): Promise<Measured> {
+  const measured = await measureWorld(plan, began);
+  return { ...measured, fleet: await fleetSection(plan) };
+}
+
+/** Runs the sections of one world; the world is torn down before returning. */
+async function measureWorld(plan: typeof FULL, began: number): Promise<OneWorld> {
   const overBudget = () => (performance.now() - began) / 1000 > plan.budgetS;
   const w = await makeWorld();
   try {
@@ -81,8 +90,13 @@ async function main(): Promise<void> {
       quick: { type: "boolean", default: false },
       out: { type: "string" },
       "no-wait": { type: "boolean", default: false },
+      only: { type: "string" },
     },
   });
+  if (values.only !== undefined && values.only !== "fleet") {
+    console.error(`--only: unknown section ${JSON.stringify(values.only)} (known: fleet)`);
+    Deno.exit(2);
+  }
   const plan = values.quick ? QUICK : FULL;
   const began = performance.now();
   const date = new Date().toISOString().slice(0, 10);
@@ -92,13 +106,13 @@ async function main(): Promise<void> {
   const noisy = load1(host.loadBefore) > host.nproc;
   say(`${plan.quick ? "quick" : "full"} run; load ${host.loadBefore}${noisy ? " (noisy)" : ""}`);
   const cpu0 = await cpuSnap();
-  const measured = await measure(plan, began);
-  const results: BenchResults = {
+  const fleetOnly = values.only === "fleet";
+  const measured = fleetOnly ? { fleet: await fleetSection(plan) } : await measure(plan, began);
+  const common = {
     date,
     quick: plan.quick,
     machine: { ...host, loadAfter: (await text("/proc/loadavg")).trim() },
     deno: { version: Deno.version.deno, v8: Deno.version.v8, typescript: Deno.version.typescript },
-    ...measured,
     durationS: (performance.now() - began) / 1000,
     contention: {
       idleBeforePct: quiet.idle * 100,
@@ -107,9 +121,14 @@ async function main(): Promise<void> {
     },
   };
   await Deno.mkdir(outDir, { recursive: true });
-  const base = join(outDir, plan.quick ? `${date}-quick` : date);
-  await writeReport(base, results);
-  say(`wrote ${base}.md, .svg, .json in ${results.durationS.toFixed(0)} s`);
+  const base = join(outDir, `${date}${plan.quick ? "-quick" : ""}${fleetOnly ? "-fleet" : ""}`);
+  if ("latency" in measured) {
+    await writeReport(base, { ...measured, ...common });
+    say(`wrote ${base}.md, .svg, .json in ${common.durationS.toFixed(0)} s`);
+  } else {
+    await writeFleetReport(base, { ...common, only: "fleet", fleet: measured.fleet });
+    say(`wrote ${base}.md, .json in ${common.durationS.toFixed(0)} s`);
+  }
 }
 
 if (import.meta.main) await main();

@@ -180,6 +180,71 @@ export interface SweepResults {
   runs: SweepRun[];
 }
 
+/** One round of CNI calls started at once on every node of the fleet, and what Milo saw. */
+export interface FleetRound {
+  verb: "ADD" | "DEL";
+  /** Calls started (nodes × pods a node). */
+  calls: number;
+  failures: number;
+  /** Outcomes by CNI code ("0": success). */
+  codes: Record<string, number>;
+  /** From the first spawn to the last exit. */
+  wallMs: number;
+  /** Every call's spawn → exit time, failed ones included. */
+  summary: Summary;
+  /** Calls the installed plugin did itself because its agent did not answer. */
+  fallbacks: number;
+  /** milo-dev's counters over the round: every request, by method and by status. */
+  requests: number;
+  byMethod: Record<string, number>;
+  byStatus: Record<string, number>;
+  /** Creates answered 429 by the allocation ceiling, and claims created. */
+  throttled: number;
+  allocations: number;
+  lists: number;
+  rowsScanned: number;
+}
+
+/** What Milo saw while nothing happened on the nodes. */
+export interface FleetIdle {
+  seconds: number;
+  /** Reconcile runs the agents logged in the stretch. */
+  reconciles: number;
+  requests: number;
+  byMethod: Record<string, number>;
+  lists: number;
+  rowsScanned: number;
+  /** Claims in the tenant during the stretch (what one LIST would scan). */
+  claims: number;
+}
+
+/** Node agents against one milo-dev with a scaled-down allocation ceiling (issue 20). */
+export interface FleetResults {
+  nodes: number;
+  podsPerNode: number;
+  /** Claims per ADD (dual-stack: 2). */
+  families: number;
+  reconcileIntervalS: number;
+  timeouts: { requestMs: number; totalMs: number };
+  /** An ADD's requests end this long after its process starts (totalMs less the rollback reserve). */
+  requestDeadlineMs: number;
+  /** The 1-minute load average and CPU idle share when the section began. */
+  loadBefore: string;
+  idleBeforePct: number;
+  /** The agents' start: each without a record lists Milo once, at a random moment of its first interval. */
+  start: { waitedMs: number; requests: number; lists: number; rowsScanned: number };
+  /** Milo's counters over the agents' restart before the storm (each with its record). */
+  restart: { requests: number; lists: number; rowsScanned: number };
+  /** The same ADDs against no ceiling: the fleet's own pace (their DELs are not counted). */
+  pace: FleetRound;
+  /** Creates per second the ceiling admitted in the storm: half the pace. */
+  ceiling: number;
+  storm: FleetRound;
+  idle: FleetIdle;
+  /** The storm's pods deleted, all at once. */
+  drain: FleetRound;
+}
+
 /** Everything one `deno task bench` run measured. */
 export interface BenchResults {
   date: string;
@@ -200,6 +265,8 @@ export interface BenchResults {
   rss: RssRow[];
   agent: AgentResults;
   sweep: SweepResults;
+  /** Absent in reports before issue 20's fleet section. */
+  fleet?: FleetResults;
   /** How busy the machine was: other work skews every figure. */
   contention: {
     /** CPU idle share just before measuring (%). */
@@ -212,6 +279,11 @@ export interface BenchResults {
     ownPct: number;
   };
 }
+
+/** A run of the fleet section alone (`deno task bench --only fleet`). */
+export type FleetRun =
+  & Pick<BenchResults, "date" | "quick" | "machine" | "deno" | "durationS" | "contention">
+  & { only: "fleet"; fleet: FleetResults };
 
 /** Nearest-rank percentile of sorted values. */
 export function percentile(sorted: number[], q: number): number {

@@ -28,6 +28,10 @@ export interface Plan {
   sweepClaims: number;
   sweepOrphans: number;
   sweepNodes: number;
+  /** Fleet: node agents (each its own install), pods each node starts at once, idle intervals. */
+  fleetNodes: number;
+  fleetPods: number;
+  fleetIdleIntervals: number;
   /** Longest wait for an idle machine before measuring (s). */
   quietWaitS: number;
   /** Whole-run time budget (s): the process concurrency sweep is cut short past it. */
@@ -53,6 +57,9 @@ export const FULL: Plan = {
   sweepClaims: 10_000,
   sweepOrphans: 300,
   sweepNodes: 20,
+  fleetNodes: 8,
+  fleetPods: 8,
+  fleetIdleIntervals: 4,
   quietWaitS: 300,
   budgetS: 3_600,
 };
@@ -76,6 +83,9 @@ export const QUICK: Plan = {
   sweepClaims: 300,
   sweepOrphans: 20,
   sweepNodes: 3,
+  fleetNodes: 2,
+  fleetPods: 4,
+  fleetIdleIntervals: 1,
   quietWaitS: 0,
   budgetS: 60,
 };

@@ -153,6 +153,17 @@ export function ok(r: Ran): boolean {
   return r.code === 0;
 }
 
+/** A call's outcome as a CNI code: "0" on success, else the error's `code` ("none" without one). */
+export function cniCode(r: Ran): string {
+  if (ok(r)) return "0";
+  try {
+    const code = JSON.parse(r.stdout).code;
+    return typeof code === "number" ? String(code) : "none";
+  } catch {
+    return "none";
+  }
+}
+
 /** The exit code and the start of the output, for error messages. */
 export function brief(r: Ran): string {
   return `exit ${r.code}: ${(r.stdout + r.stderr).slice(0, 400)}`;

@@ -137,6 +137,23 @@ function hostLocalConf(tmp: string): (id: string) => string {
     });
 }
 
+/** The plugin installed against `dev` with the bench's token, classes and production timeouts. */
+export function installBench(
+  dev: MiloDev,
+  o: { cluster: string; node?: string; agent?: boolean },
+): Promise<TestPlugin> {
+  return installPlugin({
+    miloUrl: dev.url,
+    token: BENCH_TOKEN,
+    caFile: dev.caFile,
+    cluster: o.cluster,
+    node: o.node,
+    classes: { ...BENCH_CLASSES },
+    nodeConfig: { timeouts: PRODUCTION_TIMEOUTS },
+    agent: o.agent ?? false,
+  });
+}
+
 /** Starts both servers and installs the plugin four ways. */
 export async function makeWorld(): Promise<World> {
   const tmp = await Deno.makeTempDir({ prefix: "milo-ipam-bench-" });
@@ -151,15 +168,7 @@ export async function makeWorld(): Promise<World> {
     undo.push(() => http.stop());
     say(`milo-dev ${tls.url} (TLS) and ${http.url} (HTTP)`);
     const mk = async (dev: MiloDev, cluster: string, agent = false) => {
-      const p = await installPlugin({
-        miloUrl: dev.url,
-        token: BENCH_TOKEN,
-        caFile: dev.caFile,
-        cluster,
-        classes: { ...BENCH_CLASSES },
-        nodeConfig: { timeouts: PRODUCTION_TIMEOUTS },
-        agent,
-      });
+      const p = await installBench(dev, { cluster, agent });
       undo.push(() => p.cleanup());
       return p;
     };

@@ -1,14 +1,15 @@
 /**
- * The budgets of issue 10 (the agent, the fallback) and issue 9 (the sweep),
- * each judged against one run as a ratio to a baseline measured in the same
+ * The budgets of issue 10 (the agent, the fallback), issue 9 (the sweep) and
+ * issue 20 (the fleet, judged in fleet.ts), each judged against one run as a ratio to a baseline measured in the same
  * run; and whether the run was quiet enough to publish.
  */
 import { type BenchResults, find, load1, type RequestCount, type Series } from "../model.ts";
+import { fleetBudgets } from "./fleet.ts";
 import { fmtMs } from "./format.ts";
 
 /** One budget, judged. */
 export interface Finding {
-  group: "agent" | "fallback" | "sweep";
+  group: "agent" | "fallback" | "sweep" | "fleet";
   what: string;
   limit: string;
   figure: string;
@@ -191,6 +192,11 @@ export function findings(r: BenchResults): Findings {
   return {
     noisy: !(l <= r.machine.nproc),
     load1: l,
-    budgets: [...agentBudgets(r), ...fallbackBudgets(r), ...sweepBudgets(r)],
+    budgets: [
+      ...agentBudgets(r),
+      ...fallbackBudgets(r),
+      ...sweepBudgets(r),
+      ...(r.fleet ? fleetBudgets(r.fleet) : []),
+    ],
   };
 }

@@ -1,5 +1,5 @@
 /** Number and table formatting of the Markdown report. */
-import type { Series } from "../model.ts";
+import type { Machine, Series } from "../model.ts";
 
 /** Milliseconds: whole above 100, one decimal below, "–" when unknown. */
 export function fmtMs(v: number | undefined): string {
@@ -49,4 +49,16 @@ export function seriesRows(list: Series[]): (string | number)[][] {
     fmtMs(s.cpuMs),
     s.failures,
   ]);
+}
+
+/** The machine table's rows from CPU to load average, then `contention` as its own row. */
+export function machineRows(m: Machine, contention: string): string[][] {
+  return [
+    ["CPU", `${m.cpu}, ${m.nproc} cores (nproc)`],
+    ["memory", m.memory],
+    ["kernel", m.kernel],
+    ["OS", m.os],
+    ["load average before / after", `${m.loadBefore} / ${m.loadAfter}`],
+    ["CPU contention", contention],
+  ];
 }

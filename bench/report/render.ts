@@ -1,9 +1,10 @@
 /** Renders a run's results and findings as the Markdown report `bench/results/<date>.md`. */
 import { type BenchResults, find, type RequestCount, type Summary } from "../model.ts";
 import { type Findings, findings } from "./findings.ts";
-import { fmtMiB, fmtMs, SERIES_HEAD, seriesRows, table, verdict } from "./format.ts";
+import { fmtMiB, fmtMs, machineRows, SERIES_HEAD, seriesRows, table, verdict } from "./format.ts";
 import { notes, RECORDED_EXPERIMENTS } from "./notes.ts";
 import { agentSection, sweepSection } from "./render_agent.ts";
+import { renderFleet } from "./render_fleet.ts";
 import { phaseSection } from "./render_phases.ts";
 
 function header(r: BenchResults, f: Findings, svgName: string): string[] {
@@ -33,17 +34,12 @@ function header(r: BenchResults, f: Findings, svgName: string): string[] {
 function machineSection(r: BenchResults): string {
   const m = r.machine, c = r.contention;
   return table(["", ""], [
-    ["CPU", `${m.cpu}, ${m.nproc} cores (nproc)`],
-    ["memory", m.memory],
-    ["kernel", m.kernel],
-    ["OS", m.os],
-    ["load average before / after", `${m.loadBefore} / ${m.loadAfter}`],
-    [
-      "CPU contention",
+    ...machineRows(
+      m,
       `${c.idleBeforePct.toFixed(0)}% idle at the start (after waiting ${c.waitedS.toFixed(0)} ` +
-      `s); ${c.busyPct.toFixed(0)}% busy during the run, ${c.ownPct.toFixed(0)}% of that the ` +
-      `benchmark's own processes`,
-    ],
+        `s); ${c.busyPct.toFixed(0)}% busy during the run, ${c.ownPct.toFixed(0)}% of that the ` +
+        `benchmark's own processes`,
+    ),
     ["Deno", `${r.deno.version} (V8 ${r.deno.v8}, TypeScript ${r.deno.typescript})`],
     [
       "install",
@@ -61,7 +57,8 @@ const METHOD = [
   "- Order: the two latency loops (one call in flight, without and then with the agent) run",
   "  first, each before any load: load leaves the machine slower for a while, and a call that",
   "  waits on the agent and milo-dev more than the floor. The agent's own load runs follow its",
-  "  loop; start-up, anatomy, probes, the concurrency sweep, RSS and the sweep come after.",
+  "  loop; start-up, anatomy, probes, the concurrency sweep, RSS and the sweep come after, then",
+  "  the fleet (its own milo-dev and installs, after the rest is torn down).",
   "- The burst: all its ADDs started at once by the install without an agent (each call does",
   "  the work itself, the design before the agent), then the same through the agent; the",
   "  budget compares their slowest calls, failed ones included.",
@@ -187,6 +184,7 @@ export function renderReport(r: BenchResults, svgName: string): string {
     ...section("Concurrency without the agent (processes; ms)", concurrencySection(r)),
     ...section("Peak RSS of one process", rssSection(r)),
     ...section("Cluster sweep", sweepSection(r)),
+    ...(r.fleet ? section("Fleet against one Milo", renderFleet(r.fleet, r.machine)) : []),
     ...section("What the figures say", notes(r, f)),
     ...section("Experiments settled earlier (not run)", RECORDED_EXPERIMENTS),
   ].join("\n");

@@ -9,7 +9,7 @@ import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import { callSocket } from "../agent_socket.ts";
 import { type AgentResults, type Burst, type LoadPoint, summarize } from "../model.ts";
 import type { Plan } from "../plan.ts";
-import { brief, cniEnv, execTimed, ok, pool, type Ran, rssKiB, say } from "../proc.ts";
+import { brief, cniCode, cniEnv, execTimed, ok, pool, type Ran, rssKiB, say } from "../proc.ts";
 import type { TestPlugin } from "../../testing/plugin.ts";
 import type { World } from "../world.ts";
 
@@ -62,7 +62,7 @@ async function burstOf(p: TestPlugin, n: number, tag: string): Promise<Burst> {
   );
   const codes: Record<string, number> = {};
   for (const r of results) {
-    const code = ok(r) ? "0" : String(parseCode(r.stdout));
+    const code = cniCode(r);
     codes[code] = (codes[code] ?? 0) + 1;
   }
   const dels = await pool(
@@ -85,15 +85,6 @@ export async function burstRun(w: World, plan: Plan): Promise<AgentResults["burs
   const reference = await burstOf(w.a, plan.burst, "burst-alone");
   say(`agent burst: ${plan.burst} ADDs at once`);
   return { ...await burstOf(w.g, plan.burst, "burst"), reference };
-}
-
-function parseCode(stdout: string): number | "none" {
-  try {
-    const code = JSON.parse(stdout).code;
-    return typeof code === "number" ? code : "none";
-  } catch {
-    return "none";
-  }
 }
 
 /** N in-process ADD/DEL pairs over the socket, `inFlight` at once; answers failed calls. */
