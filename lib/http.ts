@@ -109,13 +109,15 @@ export async function httpClientFor(node: NodeConfig): Promise<Deno.HttpClient |
 /**
  * The body of `server`'s answer to `what` (method and path) as text: a
  * redirect is refused, never followed (protocol error naming its Location),
- * and so is a body over `max` bytes (the rest is never read).
+ * and so is a body over `max` bytes (the rest is never read; `overflow`
+ * makes that error).
  */
 export async function readAnswer(
   res: Response,
   max: number,
   what: string,
   server: string,
+  overflow?: () => CniError,
 ): Promise<string> {
   if (res.status >= 300 && res.status < 400) {
     await res.body?.cancel();
@@ -128,12 +130,12 @@ export async function readAnswer(
   return await readCapped(
     res,
     max,
-    () =>
+    overflow ?? (() =>
       new CniError(
         "protocol",
         `${what}: ${server}'s answer exceeds ${max} bytes`,
         `HTTP ${res.status}`,
-      ),
+      )),
   );
 }
 

@@ -65,16 +65,16 @@ export class ListTally {
     readonly names: { bytes: string; items: string },
   ) {}
 
+  /** Bytes the list may still read. */
+  get bytesLeft(): number {
+    return this.bound.bytes - this.#bytes;
+  }
+
   /** Counts a page of `bytes` bytes, as it is read. */
   page(bytes: number): void {
     this.#pages++;
     this.#bytes += bytes;
-    if (this.#bytes > this.bound.bytes) {
-      throw this.#over(
-        `more than ${formatBytes(this.bound.bytes)} across its pages`,
-        this.names.bytes,
-      );
-    }
+    if (this.#bytes > this.bound.bytes) throw this.#overBytes();
   }
 
   /** Counts `n` items of the page just counted, before they are kept. */
@@ -86,6 +86,19 @@ export class ListTally {
         this.names.items,
       );
     }
+  }
+
+  /** The error of a page cut because it would pass the byte bound (it counts as read). */
+  overflow(): CniError {
+    this.#pages++;
+    return this.#overBytes();
+  }
+
+  #overBytes(): CniError {
+    return this.#over(
+      `more than ${formatBytes(this.bound.bytes)} across its pages`,
+      this.names.bytes,
+    );
   }
 
   #over(what: string, name: string): CniError {

@@ -23,6 +23,7 @@ import {
   MAX_BODY_BYTES,
   MAX_LIST_BYTES,
   MAX_LIST_ITEMS,
+  MAX_PAGE_BYTES,
   MAX_PAGES,
   PAGE_LIMIT,
   parse,
@@ -231,16 +232,18 @@ export class MiloClient {
   }
 
   /** LISTs claims matching a label selector, following `continue` pages. */
-  async listClaims(labelSelector: string): Promise<IPClaim[]> {
-    return (await this.listClaimsAt(labelSelector)).items;
+  async listClaims(labelSelector: string, pageBytes?: number): Promise<IPClaim[]> {
+    return (await this.listClaimsAt(labelSelector, pageBytes)).items;
   }
 
   /**
    * {@link listClaims}, with Milo's clock at its first page. The list is
    * bounded across its pages ({@link MAX_LIST_BYTES}, {@link MAX_LIST_ITEMS}),
    * and each page is cut to the fields kept before the next one is fetched.
+   * One answer may hold up to `pageBytes` ({@link MAX_PAGE_BYTES}; at most
+   * what is left of the list's bound): Milo may answer the whole list at once.
    */
-  async listClaimsAt(labelSelector: string): Promise<ClaimList> {
+  async listClaimsAt(labelSelector: string, pageBytes = MAX_PAGE_BYTES): Promise<ClaimList> {
     const out: ClaimList = { items: [], serverTime: NaN };
     const tally = new ListTally(
       "Milo's IPClaimList",
@@ -251,7 +254,11 @@ export class MiloClient {
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
-      const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200]);
+      const left = Math.max(0, tally.bytesLeft);
+      const read = pageBytes < left
+        ? { max: pageBytes }
+        : { max: left, overflow: () => tally.overflow() };
+      const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200], undefined, read);
       tally.page(a.bytes);
       const list = parse(IPClaimListSchema, a.body, "IPClaimList");
       tally.items(list.items.length);
@@ -292,6 +299,7 @@ export class MiloClient {
     body: unknown,
     accept: number[],
     name?: string,
+    read: { max: number; overflow?: () => CniError } = { max: MAX_BODY_BYTES },
   ): Promise<Answer> {
     const o = this.#o;
     const url = o.baseUrl + path;
@@ -337,7 +345,7 @@ export class MiloClient {
         });
         status = res.status;
         hinted = retryAfterMs(res.headers.get("retry-after"));
-        const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
+        const text = await readAnswer(res, read.max, what, "Milo", read.overflow);
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {

@@ -15,6 +15,14 @@ export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** Page size of LIST requests. */
 export const PAGE_LIMIT = 500;
+/**
+ * Largest LIST answer a node reads (4 MiB: some 2,000 claims, a node's many
+ * times over). Milo's Postgres store ignores `limit` and `continue`
+ * (`GetList`, `internal/storage/postgres/store.go`): a LIST answers every
+ * matching claim at once, so an answer is bounded as a list, not as an object.
+ * The cluster sweep reads its answer up to {@link MAX_LIST_BYTES}.
+ */
+export const MAX_PAGE_BYTES = 4 * 1024 * 1024;
 /** Most pages one LIST follows. */
 export const MAX_PAGES = 1_000;
 

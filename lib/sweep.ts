@@ -21,7 +21,7 @@ import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
 import type { MiloClient, Release } from "./milo.ts";
-import type { IPClaim } from "./milo_objects.ts";
+import { type IPClaim, MAX_LIST_BYTES } from "./milo_objects.ts";
 import {
   type Action,
   emptyReport,
@@ -148,7 +148,7 @@ async function observe(
   const milo = o.milo.withDeadline(Date.now() + o.operationMs);
   const claims = await listed(
     "the Milo LIST of the cluster's claims",
-    () => milo.listClaims(selector),
+    () => milo.listClaims(selector, MAX_LIST_BYTES),
   );
   const [pods, nodes] = await Promise.all([
     listed("the Kubernetes pod list", () => o.kube.listPods()),

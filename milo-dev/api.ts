@@ -121,6 +121,7 @@ function list<T extends ApiObject>(
   q: URLSearchParams,
   fields: FieldSet<T>,
   rv: number,
+  paged = true,
 ): ObjectList<T> {
   let out = items;
   try {
@@ -141,6 +142,7 @@ function list<T extends ApiObject>(
     throw err;
   }
   const metadata: ObjectList<T>["metadata"] = { resourceVersion: String(rv) };
+  if (!paged) return { apiVersion: API_VERSION, kind, metadata, items: out };
   const cont = q.get("continue");
   if (cont) {
     let after: string;
@@ -245,6 +247,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   const { resource, namespace: ns, name } = req.route;
   const q = req.url.searchParams;
   const m = req.method;
+  const paged = req.ceiling?.get().pagedLists ?? true;
   if (resource === "ipclaims" && m === "POST" && ns !== undefined && name === undefined) {
     // Admission comes after authentication and before anything else, as APF in the apiserver.
     const a = req.ceiling?.admit() ?? { admitted: true };
@@ -272,7 +275,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     const items = classes ? ipam.listClasses(project) : ipam.listPools(project);
     return {
       status: 200,
-      body: list(classes ? "IPClassList" : "IPPoolList", items, q, CLUSTER_FIELDS, rv()),
+      body: list(classes ? "IPClassList" : "IPPoolList", items, q, CLUSTER_FIELDS, rv(), paged),
       meter: { list: { kind: resource, rows: items.length } },
     };
   }
@@ -282,7 +285,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
         const items = ipam.listClaims(project, ns);
         return {
           status: 200,
-          body: list("IPClaimList", items, q, CLAIM_FIELDS, rv()),
+          body: list("IPClaimList", items, q, CLAIM_FIELDS, rv(), paged),
           meter: { list: { kind: resource, rows: items.length } },
         };
       }
@@ -314,7 +317,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     const items = ipam.listAllocations(project, ns);
     return {
       status: 200,
-      body: list("IPAllocationList", items, q, ALLOC_FIELDS, rv()),
+      body: list("IPAllocationList", items, q, ALLOC_FIELDS, rv(), paged),
       meter: { list: { kind: resource, rows: items.length } },
     };
   }

@@ -26,6 +26,12 @@ const WINDOW_MS = 1_000;
 export interface Limits {
   /** Claim creates (POST `namespaces/{ns}/ipclaims`) admitted per sliding second; 0: unlimited. */
   allocationsPerSecond: number;
+  /**
+   * LISTs honour `limit` and `continue` (Kubernetes' paging); false answers
+   * every matching item at once, as Milo's Postgres store does (`GetList`,
+   * `internal/storage/postgres/store.go`, reads neither). Absent: true.
+   */
+  pagedLists?: boolean;
 }
 
 /** The limits milo-dev starts with unless told otherwise. */
@@ -54,7 +60,10 @@ export function mergeLimits(base: Limits, patch: unknown): Limits {
   const out: Limits = { ...base };
   for (const [k, v] of Object.entries(patch)) {
     if (k === "allocationsPerSecond") out.allocationsPerSecond = checkAllocationsPerSecond(v);
-    else throw new LimitsError(`unknown limit "${k}"`);
+    else if (k === "pagedLists") {
+      if (typeof v !== "boolean") throw new LimitsError("pagedLists must be true or false");
+      out.pagedLists = v;
+    } else throw new LimitsError(`unknown limit "${k}"`);
   }
   return out;
 }

@@ -58,7 +58,7 @@ export interface MiloDev {
   /** GET /limits: the limits in force. */
   limits(): Promise<Limits>;
   /** PUT /limits, e.g. `{ allocationsPerSecond: 5 }` (0: unlimited); answers the limits in force. */
-  setLimits(l: Limits): Promise<Limits>;
+  setLimits(l: Partial<Limits>): Promise<Limits>;
   /** GET /retention: `recreate`, `sweepInterval`, `leaseGrace` in force. */
   retention(): Promise<RetentionSettings>;
   /**
@@ -217,7 +217,7 @@ class Launched implements MiloDev {
     return this.#admin("GET", "/limits") as Promise<Limits>;
   }
 
-  setLimits(l: Limits): Promise<Limits> {
+  setLimits(l: Partial<Limits>): Promise<Limits> {
     return this.#admin("PUT", "/limits", l) as Promise<Limits>;
   }
 

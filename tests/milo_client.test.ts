@@ -6,7 +6,7 @@ import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
 import { MiloLimiter } from "../lib/limiter.ts";
-import { type ClientOptions, MiloClient } from "../lib/milo.ts";
+import { type ClientOptions, MAX_LIST_BYTES, MiloClient } from "../lib/milo.ts";
 import { VirtualClock } from "../testing/virtual_clock.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
@@ -170,9 +170,12 @@ Deno.test("a redirect is never followed: protocol error naming the Location", as
   }
 });
 
-Deno.test("a body over 1 MiB is a protocol error; error texts quote little of a body", async () => {
-  const big = scripted([{ status: 200, body: { items: [], pad: "x".repeat(1024 * 1024) } }]);
-  assert.equal((await rejects(big.client.listClaims("a=b"))).code, 105);
+Deno.test("a body over 1 MiB (a LIST answer over 4 MiB) is a protocol error; error texts quote little of a body", async () => {
+  const mib = 1024 * 1024;
+  const object = scripted([{ status: 201, body: { pad: "x".repeat(mib) } }]);
+  assert.match((await rejects(object.client.createClaim({}))).message, /exceeds 1048576 bytes/);
+  const big = scripted([{ status: 200, body: { items: [], pad: "x".repeat(4 * mib) } }]);
+  assert.match((await rejects(big.client.listClaims("a=b"))).message, /exceeds 4194304 bytes/);
   const html = scripted([{ status: 418, body: "<html>" + "y".repeat(5000) + "</html>" }]);
   const err = await rejects(html.client.createClaim({}));
   assert.equal(err.code, 105);
@@ -542,6 +545,22 @@ Deno.test("a claim LIST over 64 MiB across its pages ends in 105 naming MAX_LIST
   );
   assert.equal(sent(), Math.floor(64 * 1024 * 1024 / body.length) + 1, "cut at the bound");
   assert.match(err.details, new RegExp(`cut after ${sent()} page\\(s\\)`));
+});
+
+Deno.test("Milo answering a whole LIST at once, ignoring limit: read up to 4 MiB, the sweep up to the list bound", async () => {
+  // Milo's Postgres store answers every matching claim, no continue (GetList, store.go).
+  const whole = claimPage(2_000, 1_900, false, 0);
+  assert.ok(whole.length > 5 * 1024 * 1024 && whole.length < 6 * 1024 * 1024, `${whole.length}`);
+  const node = pagesOf(() => whole);
+  const err = await rejects(node.client.listClaims("a=b"));
+  assert.equal(err.code, 105);
+  assert.match(err.message, /exceeds 4194304 bytes/);
+  const sweep = pagesOf(() => whole);
+  const items = await sweep.client.listClaims("a=b", MAX_LIST_BYTES);
+  assert.equal(items.length, 2_000);
+  assert.equal(sweep.sent(), 1);
+  const fits = pagesOf(() => claimPage(1_500, 0, false, 0));
+  assert.equal((await fits.client.listClaims("a=b")).length, 1_500, "a node's whole list");
 });
 
 Deno.test("a claim LIST over 200,000 items across its pages ends in 105 naming MAX_LIST_ITEMS", async () => {

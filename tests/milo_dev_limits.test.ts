@@ -272,6 +272,24 @@ Deno.test("milo-dev limits: a LIST counts every row under the prefix", async (t)
       assert.equal(s.listRowsScanned, 57 + 3 * 50);
     });
 
+    await t.step("pagedLists false: every item at once, limit and continue unread", async () => {
+      assert.equal((await dev.setLimits({ pagedLists: false })).pagedLists, false);
+      try {
+        await dev.resetStats();
+        const r = await miloApi<Any>(dev, "GET", `${NS}/ipclaims?limit=20&continue=anything`);
+        assert.equal(r.status, 200);
+        assert.equal(r.body.items.length, 50);
+        assert.equal(r.body.metadata.continue, undefined);
+        assert.equal(r.body.metadata.remainingItemCount, undefined);
+        assert.equal((await dev.stats()).listRowsScanned, 50);
+      } finally {
+        const start = await dev.setLimits({});
+        assert.deepEqual(start, { allocationsPerSecond: 0 }, "back to the start-up limits: paged");
+        const paged = await miloApi<Any>(dev, "GET", `${NS}/ipclaims?limit=20`);
+        assert.equal(paged.body.items.length, 20);
+      }
+    });
+
     await t.step("other kinds count apart; a refused LIST reads nothing", async () => {
       await dev.resetStats();
       assert.equal((await miloApi(dev, "GET", `${NS}/ipallocations`)).status, 200);

@@ -116,6 +116,48 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       assert.equal(left.status, 200, "another cluster's claim is untouched");
     });
 
+    await t.step(
+      "Milo answering the whole list at once (its store ignores limit): over 1 MiB read",
+      async () => {
+        // A live pod's claims, each with another party's annotation, as real claims carry some.
+        const holder = {
+          [KEYS.cluster]: "cluster-a",
+          [KEYS.podUid]: "uid-live-1",
+          [KEYS.pod]: "shop/live-1",
+          "example.com/note": "n".repeat(600),
+        };
+        for (let i = 0; i < 1_200; i += 100) {
+          const made = await Promise.all(
+            Array.from(
+              { length: 100 },
+              (_, j) =>
+                miloApi(milo, "POST", "/namespaces/default/ipclaims", {
+                  project: "tenant-a",
+                  body: claimBody(`bulk-${i + j}`, {
+                    className: "vpc-pods-ipv6",
+                    labels: { [KEYS.cluster]: "cluster-a" },
+                    annotations: holder,
+                  }),
+                }),
+            ),
+          );
+          assert.deepEqual(made.filter((r) => r.status !== 201), []);
+        }
+        await milo.setLimits({ pagedLists: false });
+        try {
+          const whole = await miloApi(milo, "GET", "/namespaces/default/ipclaims?limit=500", {
+            project: "tenant-a",
+          });
+          assert.ok(JSON.stringify(whole.body).length > 1024 * 1024, "one answer over 1 MiB");
+          const r = await sweep(...base, "--output", "json");
+          assert.equal(r.code, 0, r.stdout + r.stderr);
+          assert.equal(json(r).totals.claims, 1_204, JSON.stringify(json(r).totals));
+        } finally {
+          await milo.setLimits({});
+        }
+      },
+    );
+
     await t.step("the sandbox: only the installed kubeconfig and its API host", async () => {
       const other = `${dir}/other-kubeconfig`;
       await Deno.writeTextFile(other, await Deno.readTextFile(kcfg));
