@@ -77,6 +77,13 @@ export type Named =
   & Pick<Attachment, "cluster" | "containerId" | "ifname">
   & Partial<Pick<Attachment, "identity" | "network" | "podNamespace" | "podName">>;
 
+/** How each identity's claim names begin. */
+const NAME_PREFIX: Record<Identity, string> = {
+  attachment: "pod-",
+  pod: "podid-",
+  network: "slot-",
+};
+
 /**
  * Deterministic DNS-1123 claim name of one family, by the network's identity:
  * `pod-…` from (cluster, container, interface), `podid-…` from (cluster, pod
@@ -89,9 +96,10 @@ export type Named =
 export function claimName(a: Named, family: Family): string {
   const fam = family === "ipv4" ? "v4" : "v6";
   const identity = a.identity ?? "attachment";
-  if (identity === "attachment") return `pod-${attachmentHash(a)}-${fam}`;
+  const prefix = NAME_PREFIX[identity];
+  if (identity === "attachment") return `${prefix}${attachmentHash(a)}-${fam}`;
   if (identity === "network") {
-    return `slot-${hashOf(["network", a.cluster, a.network ?? "", a.ifname])}-${fam}`;
+    return `${prefix}${hashOf(["network", a.cluster, a.network ?? "", a.ifname])}-${fam}`;
   }
   if (!a.podNamespace || !a.podName) {
     throw new CniError(
@@ -100,7 +108,7 @@ export function claimName(a: Named, family: Family): string {
       "the runtime sent neither or only one; the claim is not named after the container instead",
     );
   }
-  return `podid-${
+  return `${prefix}${
     hashOf(["pod", a.cluster, a.podNamespace, a.podName, a.network ?? "", a.ifname])
   }-${fam}`;
 }
@@ -305,7 +313,7 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
  * such a claim is released only by its uid, never by its name alone.
  */
 export function isSharedName(name: string): boolean {
-  return name.startsWith("podid-") || name.startsWith("slot-");
+  return name.startsWith(NAME_PREFIX.pod) || name.startsWith(NAME_PREFIX.network);
 }
 
 /** True when a claim was made by this exact cluster/container/interface. */

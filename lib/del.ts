@@ -36,26 +36,25 @@ export const del: Handler = async (inv) => {
 
 async function release(inv: Invocation) {
   const record = inv.holdings.read(inv.attachment);
-  const named = canName(inv.attachment)
-    ? familiesOf(inv.conf.network).map((f) => ({ name: claimName(inv.attachment, f) }))
-    : (record?.claims ?? []).map((c) => ({ name: c.name }));
-  const claims = named.map((n) => n.name);
+  const claims = canName(inv.attachment)
+    ? familiesOf(inv.conf.network).map((f) => claimName(inv.attachment, f))
+    : (record?.claims ?? []).map((c) => c.name);
   const inDoubt = record?.state === "adding";
   const identity = inv.attachment.identity ?? "attachment";
   const others: string[] = [];
   const r = await attemptAll(
-    named,
-    async (n) => {
-      if (identity === "attachment") return await inv.milo.deleteClaim(n.name);
-      const done = await inv.milo.releaseIf(n.name, (c) => holds(c, inv.attachment));
-      if (done === "changed") others.push(n.name);
+    claims,
+    async (name) => {
+      if (identity === "attachment") return await inv.milo.deleteClaim(name);
+      const done = await inv.milo.releaseIf(name, (c) => holds(c, inv.attachment));
+      if (done === "changed") others.push(name);
       return done;
     },
-    (n) => `release of claim ${n.name} failed`,
+    (name) => `release of claim ${name} failed`,
   );
   const skipped = others.length
     ? { skipped: `held by another sandbox, left alone: ${others.join(", ")}` }
-    : named.length
+    : claims.length
     ? {}
     : { skipped: "pod identity without the pod's name, and no record of this attachment" };
   if (!r.failures.length) {
@@ -73,7 +72,7 @@ async function release(inv: Invocation) {
   }
   const e = combineErrors(r.failures);
   const failed = await Promise.all(
-    named.filter((n) => !r.done.includes(n)).map((n) => journalClaim(inv, n.name)),
+    claims.filter((name) => !r.done.includes(name)).map((name) => journalClaim(inv, name)),
   );
   let note: string;
   try {

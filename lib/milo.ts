@@ -254,7 +254,7 @@ export class MiloClient {
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
-      const left = Math.max(0, tally.bytesLeft);
+      const left = tally.bytesLeft;
       const read = pageBytes < left
         ? { max: pageBytes }
         : { max: left, overflow: () => tally.overflow() };

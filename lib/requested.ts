@@ -33,7 +33,7 @@ export function requestedAddresses(
   }
   const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network.classes)]);
   const [[key, first], second] = parsed as [string, Partial<Record<Family, string>>][];
-  if (second && JSON.stringify(second[1]) !== JSON.stringify(first)) {
+  if (second && (second[1].ipv4 !== first.ipv4 || second[1].ipv6 !== first.ipv6)) {
     throw new CniError(
       "config",
       `${key} and ${second[0]} request different addresses`,
@@ -70,5 +70,5 @@ function byFamily(
     }
     out[c.family] = c.ip;
   }
-  return { ...(out.ipv4 ? { ipv4: out.ipv4 } : {}), ...(out.ipv6 ? { ipv6: out.ipv6 } : {}) };
+  return out;
 }

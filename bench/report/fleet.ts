@@ -6,6 +6,7 @@ import { PAGE_LIMIT } from "../../lib/milo_objects.ts";
 import { DEFAULT_ALLOCATIONS_PER_SECOND } from "../../milo-dev/limits.ts";
 import type { FleetResults, FleetRound } from "../model.ts";
 import type { Finding } from "./findings.ts";
+import { fmtRatio, fmtSeconds } from "./format.ts";
 
 /** Fleet sizes of the extrapolation. */
 export const FLEET_SIZES = [100, 1_000, 5_000];
@@ -136,38 +137,30 @@ export function fleetBudgets(f: FleetResults): Finding[] {
     what: `idle: LISTs per node-hour after start (${f.nodes} agents, ` +
       `${f.idle.seconds} s, ${f.idle.reconciles} reconciles)`,
     limit: "= 0",
-    figure: `${fmt(p.idleListsPerNodeHour)} (${f.idle.lists} LISTs, ${f.idle.requests} requests)`,
+    figure: `${
+      fmtRatio(p.idleListsPerNodeHour)
+    } (${f.idle.lists} LISTs, ${f.idle.requests} requests)`,
     ok: f.idle.reconciles > 0 ? f.idle.lists === 0 : undefined,
   }, {
     group: "fleet",
     what: `storm at 2× oversubscription (${s.calls} ADDs, ${claims} claims against ` +
       `${f.ceiling} creates/s): requests per created claim (POSTs ÷ claims)`,
     limit: `≤ ${FLEET_LIMITS.requestsPerClaim}`,
-    figure: `${fmt(p.postsPerClaim)} (${posts(s)} POSTs for ${s.allocations} claims; ` +
+    figure: `${fmtRatio(p.postsPerClaim)} (${posts(s)} POSTs for ${s.allocations} claims; ` +
       `${s.throttled} answered 429)`,
     ok: s.allocations ? p.postsPerClaim <= FLEET_LIMITS.requestsPerClaim : undefined,
   }, {
     group: "fleet",
     what: "storm: last ADD vs the ideal (claims ÷ ceiling)",
     limit: `≤ ${FLEET_LIMITS.lastAddVsIdeal}×`,
-    figure: `${lastVsIdeal.toFixed(2)}× (${sec(s.wallMs)} / ${sec(ideal)} s)`,
+    figure: `${lastVsIdeal.toFixed(2)}× (${fmtSeconds(s.wallMs)} / ${fmtSeconds(ideal)} s)`,
     ok: Number.isFinite(lastVsIdeal) ? lastVsIdeal <= FLEET_LIMITS.lastAddVsIdeal : undefined,
   }, {
     group: "fleet",
     what: "storm: no code 11 when it fits the deadline at the ceiling " +
-      `(ideal ${sec(ideal)} s vs the ${sec(f.requestDeadlineMs)} s request deadline)`,
+      `(ideal ${fmtSeconds(ideal)} s vs the ${fmtSeconds(f.requestDeadlineMs)} s request deadline)`,
     limit: "0",
     figure: `${code11} code 11, ${s.failures} failed` + (fits ? "" : " (does not fit: not judged)"),
     ok: fits ? code11 === 0 : undefined,
   }];
-}
-
-/** A ratio with two decimals, "–" when unknown. */
-export function fmt(x: number): string {
-  return Number.isFinite(x) ? x.toFixed(2) : "–";
-}
-
-/** Milliseconds as seconds: two decimals below 10 s, one above. */
-export function sec(ms: number): string {
-  return (ms / 1000).toFixed(ms < 10_000 ? 2 : 1);
 }

@@ -62,3 +62,20 @@ export function machineRows(m: Machine, contention: string): string[][] {
     ["CPU contention", contention],
   ];
 }
+
+/** A ratio with two decimals, "–" when unknown. */
+export function fmtRatio(x: number): string {
+  return Number.isFinite(x) ? x.toFixed(2) : "–";
+}
+
+/** Milliseconds as seconds: two decimals below 10 s, one above. */
+export function fmtSeconds(ms: number): string {
+  return (ms / 1000).toFixed(ms < 10_000 ? 2 : 1);
+}
+
+/** Large counts with thousands separators; small ones with up to two decimals. */
+export function fmtCount(x: number): string {
+  if (!Number.isFinite(x)) return "–";
+  if (x >= 100) return Math.round(x).toLocaleString("en-US");
+  return x >= 10 ? x.toFixed(1) : x.toFixed(2);
+}

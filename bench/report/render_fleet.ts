@@ -11,17 +11,15 @@ import {
   extrapolate,
   FLEET_SIZES,
   fleetBudgets,
-  fmt,
   idealMs,
   MILO_CEILING,
   type PerNode,
   perNode,
   PODS_PER_NODE,
-  sec,
   SWEEP_OBSERVATIONS,
   SWEEP_PERIOD_S,
 } from "./fleet.ts";
-import { fmtMs, machineRows, table, verdict } from "./format.ts";
+import { fmtCount, fmtMs, fmtRatio, fmtSeconds, machineRows, table, verdict } from "./format.ts";
 import { PAGE_LIMIT } from "../../lib/milo_objects.ts";
 
 /** CPU idle share below which the fleet section counts as started under load (%). */
@@ -43,7 +41,7 @@ function roundRow(what: string, r: FleetRound): (string | number)[] {
     what,
     r.calls,
     outcomes(r.codes),
-    sec(r.wallMs),
+    fmtSeconds(r.wallMs),
     fmtMs(r.summary.p50),
     fmtMs(r.summary.max),
     `${r.requests} (${methods(r.byMethod)})`,
@@ -54,24 +52,25 @@ function roundRow(what: string, r: FleetRound): (string | number)[] {
   ];
 }
 
-/** Large counts with thousands separators; small ones with up to two decimals. */
-function num(x: number): string {
-  if (!Number.isFinite(x)) return "–";
-  if (x >= 100) return Math.round(x).toLocaleString("en-US");
-  return x >= 10 ? x.toFixed(1) : x.toFixed(2);
-}
-
 function perNodeLines(f: FleetResults, p: PerNode): string[] {
   return [
-    `- requests per created claim ${fmt(p.requestsPerClaim)} (storm: every request, 429s ` +
-    `included; POSTs alone ${fmt(p.postsPerClaim)}; the pace round without a ceiling ` +
-    `${fmt(f.pace.requests / f.pace.allocations)}), requests per DEL ${fmt(p.requestsPerDel)} ` +
+    `- requests per created claim ${fmtRatio(p.requestsPerClaim)} (storm: every request, 429s ` +
+    `included; POSTs alone ${fmtRatio(p.postsPerClaim)}; the pace round without a ceiling ` +
+    `${fmtRatio(f.pace.requests / f.pace.allocations)}), requests per DEL ${
+      fmtRatio(p.requestsPerDel)
+    } ` +
     `(drain), ${f.families} claims per ADD;`,
-    `- LISTs per created claim ${fmt(p.listsPerClaim)}, per DEL ${fmt(p.listsPerDel)}; idle: ` +
-    `${fmt(p.idleRequestsPerNodeHour)} requests and ${fmt(p.idleListsPerNodeHour)} LISTs per ` +
+    `- LISTs per created claim ${fmtRatio(p.listsPerClaim)}, per DEL ${
+      fmtRatio(p.listsPerDel)
+    }; idle: ` +
+    `${fmtRatio(p.idleRequestsPerNodeHour)} requests and ${
+      fmtRatio(p.idleListsPerNodeHour)
+    } LISTs per ` +
     `node-hour;`,
-    `- a node's first start (no record): ${fmt(p.startListsPerNode)} LIST; a restart with its ` +
-    `record: ${fmt(p.restartListsPerNode)}.`,
+    `- a node's first start (no record): ${
+      fmtRatio(p.startListsPerNode)
+    } LIST; a restart with its ` +
+    `record: ${fmtRatio(p.restartListsPerNode)}.`,
   ];
 }
 
@@ -82,14 +81,14 @@ function extrapolation(f: FleetResults): string {
     const x = extrapolate(f, n, p);
     return [
       n.toLocaleString("en-US"),
-      num(x.claims),
-      `${num(x.creates)} (${(x.ceilingShare * 100).toFixed(x.ceilingShare < 0.1 ? 1 : 0)}%)`,
-      num(x.requests),
-      num(x.lists),
-      num(x.rows),
-      num(x.sweepLists),
-      num(x.sweepRows),
-      num(x.startRows),
+      fmtCount(x.claims),
+      `${fmtCount(x.creates)} (${(x.ceilingShare * 100).toFixed(x.ceilingShare < 0.1 ? 1 : 0)}%)`,
+      fmtCount(x.requests),
+      fmtCount(x.lists),
+      fmtCount(x.rows),
+      fmtCount(x.sweepLists),
+      fmtCount(x.sweepRows),
+      fmtCount(x.startRows),
     ];
   });
   return [
@@ -152,7 +151,7 @@ export function renderFleet(f: FleetResults, m: Machine): string {
     `cluster, against one TLS milo-dev; ${f.podsPerNode} dual-stack pods a node started at ` +
     `once, every call the installed plugin exec'd as a runtime does (production timeouts: ` +
     `${f.timeouts.requestMs} ms per request, ${f.timeouts.totalMs} ms total; an ADD's requests ` +
-    `end ${sec(f.requestDeadlineMs)} s after its process starts). Reconcile every ` +
+    `end ${fmtSeconds(f.requestDeadlineMs)} s after its process starts). Reconcile every ` +
     `${f.reconcileIntervalS} s. The pace round runs the ADDs against no ceiling; the storm sets ` +
     `Milo's ceiling to half the claims per second the pace round created (${f.ceiling}/s: 2× ` +
     `oversubscription) and restarts the agents first. Wall: from the first spawn to the last ` +
@@ -179,19 +178,23 @@ export function renderFleet(f: FleetResults, m: Machine): string {
       ],
     ),
     "",
-    `Storm: ${fmt(p.postsPerClaim)} POSTs per created claim, ${s.throttled} answered 429, ` +
-    `${s.codes["11"] ?? 0} code 11; the last ADD ended ${sec(s.wallMs)} s after the first ` +
-    `started, ${(s.wallMs / idealMs(f)).toFixed(2)}× the ideal of ${sec(idealMs(f))} s ` +
+    `Storm: ${fmtRatio(p.postsPerClaim)} POSTs per created claim, ${s.throttled} answered 429, ` +
+    `${s.codes["11"] ?? 0} code 11; the last ADD ended ${fmtSeconds(s.wallMs)} s after the first ` +
+    `started, ${(s.wallMs / idealMs(f)).toFixed(2)}× the ideal of ${fmtSeconds(idealMs(f))} s ` +
     `(${s.calls * f.families} claims ÷ ${f.ceiling}/s).`,
     "",
     `Start (no record): ${f.start.lists} LISTs (${f.start.rowsScanned} rows) and ` +
-    `${f.start.requests} requests from ${f.nodes} agents within ${sec(f.start.waitedMs)} s. ` +
+    `${f.start.requests} requests from ${f.nodes} agents within ${
+      fmtSeconds(f.start.waitedMs)
+    } s. ` +
     `Restart with a record: ${f.restart.lists} LISTs, ${f.restart.requests} requests.`,
     "",
-    `Idle: ${i.seconds} s (${num(hours * 3600)} node-seconds, ${i.reconciles} reconciles logged, ` +
+    `Idle: ${i.seconds} s (${
+      fmtCount(hours * 3600)
+    } node-seconds, ${i.reconciles} reconciles logged, ` +
     `${i.claims} claims in the tenant): ${i.requests} requests (${methods(i.byMethod)}), ` +
     `${i.lists} LISTs, ${i.rowsScanned} rows scanned; per node-hour ` +
-    `${fmt(p.idleListsPerNodeHour)} LISTs and ${fmt(p.idleRowsPerNodeHour)} rows.`,
+    `${fmtRatio(p.idleListsPerNodeHour)} LISTs and ${fmtRatio(p.idleRowsPerNodeHour)} rows.`,
     "",
     "### Milo's load extrapolated",
     "",
