@@ -45,16 +45,20 @@ export class CniError extends Error {
   }
 }
 
-/** Longest `msg` of a CNI error. */
 /** How much of one text from a server (a body, a Status message) an error quotes. */
 export const QUOTE_CHARS = 300;
+/** Longest `msg` of a CNI error. */
 const MAX_MSG_CHARS = 500;
 /** Longest `details` of a CNI error (pod events quote it). */
 const MAX_DETAILS_CHARS = 2000;
 
-/** Cuts `text` to `max` characters, marking the cut. */
+/**
+ * Cuts `text` to `max` characters, marking the cut; credentials are scrubbed
+ * first ({@link redact}), so a cut never leaves the head of a token behind.
+ */
 export function clip(text: string, max: number): string {
-  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
+  const t = redact(text);
+  return t.length <= max ? t : `${t.slice(0, max - 1)}…`;
 }
 
 /** The credentials this process read, scrubbed by value from every text (the latest kept). */
@@ -82,11 +86,29 @@ export function scrubValue(value: string): void {
  */
 export function redact(text: string): string {
   let out = text;
-  for (const s of secrets) if (out.includes(s)) out = out.split(s).join("[redacted]");
+  for (const s of secrets) {
+    if (out.includes(s)) out = out.split(s).join("[redacted]");
+    const head = headAtEnd(out, s);
+    if (head) out = `${out.slice(0, out.length - head)}[redacted]`;
+  }
   return out
     .replace(/(invalid header value:?\s*)"[^"]*"?/gi, '$1"[redacted]"')
     // To the end of the line: a token may hold any visible character, quotes included.
     .replace(/\bbearer\b[^\n]*/gi, "Bearer [redacted]");
+}
+
+/**
+ * Length of the longest head of `secret` (at least {@link MIN_SECRET_CHARS})
+ * that ends `text`, possibly followed by a cut mark: what remains of a token
+ * a server cut off before quoting it. 0: none.
+ */
+function headAtEnd(text: string, secret: string): number {
+  const t = text.endsWith("…") ? text.slice(0, -1) : text;
+  const last = t.at(-1);
+  for (let n = Math.min(secret.length - 1, t.length); n >= MIN_SECRET_CHARS; n--) {
+    if (secret[n - 1] === last && t.endsWith(secret.slice(0, n))) return n + text.length - t.length;
+  }
+  return 0;
 }
 
 /** JSON text of `value` with every string in it {@link redact}ed (logs and reports). */

@@ -21,7 +21,7 @@ import {
   retryAfterMs,
 } from "./http.ts";
 import { type ListBound, ListTally, utf8Length } from "./list_bound.ts";
-import { quotedText } from "./milo_objects.ts";
+import { quotedText, statusReason } from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
 /** The annotation of a mirror pod that carries the static pod's UID (the one the kubelet uses). */
@@ -67,7 +67,7 @@ const NodeListSchema = listOf(NodeSchema);
 const StatusSchema = z.object({
   kind: z.literal("Status"),
   message: z.optional(quotedText),
-  reason: z.optional(quotedText),
+  reason: z.optional(statusReason),
   details: z.optional(z.object({ name: opt, kind: opt })),
 });
 type KubeStatus = z.infer<typeof StatusSchema>;

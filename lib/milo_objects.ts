@@ -53,6 +53,15 @@ export const MAX_LIST_ITEMS = 200_000;
 export const quotedText = z.pipe(z.string(), z.transform((s: string) => clip(s, QUOTE_CHARS)));
 
 /**
+ * A Status `reason` as kept: one word (`NotFound`, `AlreadyExists`), else
+ * `(unquoted)`; errors print it even where they quote no server text (401, 403).
+ */
+export const statusReason = z.pipe(
+  z.string(),
+  z.transform((s: string) => /^[A-Za-z]{1,64}$/.test(s) ? s : "(unquoted)"),
+);
+
+/**
  * Labels or annotations (every value a string, as Kubernetes' metadata maps
  * are) as kept: only the `milo-ipam.io/` keys, the only ones read; the others
  * (Milo's, a controller's) are dropped once checked.
@@ -119,7 +128,7 @@ export const IPClassListSchema = z.looseObject({
 const StatusSchema = z.looseObject({
   kind: z.literal("Status"),
   message: z.optional(quotedText),
-  reason: z.optional(quotedText),
+  reason: z.optional(statusReason),
   details: z.optional(z.looseObject({
     name: z.optional(z.string()),
     causes: z.optional(z.array(z.looseObject({

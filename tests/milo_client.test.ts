@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { leaseOf } from "../lib/claims.ts";
 import { encodeError } from "../lib/cni.ts";
-import { clip, CniError, QUOTE_CHARS } from "../lib/errors.ts";
+import { clip, CniError, QUOTE_CHARS, scrubValue } from "../lib/errors.ts";
 import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
@@ -489,6 +489,41 @@ Deno.test("redact: a bearer value never reaches an error's JSON nor a log line",
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("scrub by value: no head of a token survives a server's text cut where it is quoted", async () => {
+  const secret = "k8s-sa-7f3e9d21c0b84a6f-secret";
+  scrubValue(secret);
+  scrubValue(TOKEN); // as lib/http.ts tokenOf does for every token read
+  const heads = [TOKEN, secret].map((t) => t.slice(0, 6));
+  const pad = (n: number) => "x".repeat(n);
+  const errors = [
+    // The token straddles the 300-character cut of a Status message.
+    await rejects(
+      scripted([{ status: 422, body: { kind: "Status", message: `${pad(290)}${TOKEN}` } }])
+        .client.createClaim({}),
+    ),
+    // A server that cut the token itself, before quoting it.
+    await rejects(
+      scripted([{
+        status: 422,
+        body: { kind: "Status", message: `expired: ${secret.slice(0, 12)}` },
+      }])
+        .client.createClaim({}),
+    ),
+    // Not a Status: the body is quoted, cut at the same bound.
+    await rejects(scripted([{ status: 418, body: `${pad(295)}${secret}` }]).client.createClaim({})),
+    // A 401's reason is printed, never its message: a reason that is not one word is not quoted.
+    await rejects(
+      scripted([{ status: 401, body: { kind: "Status", reason: `bad ${TOKEN}` } }])
+        .client.createClaim({}),
+    ),
+  ];
+  for (const e of errors) {
+    const printed = JSON.stringify(encodeError("1.1.0", e));
+    for (const h of heads) assert.ok(!printed.includes(h), `${h} in ${printed}`);
+  }
+  assert.match(errors[3].details, /HTTP 401 \(unquoted\)/);
 });
 
 // Issue 21, item 3: a claim LIST is bounded across its pages, and each page is
