@@ -225,3 +225,24 @@ export function fatalFetchError(err: unknown, t: FetchTarget): CniError | undefi
   }
   return undefined;
 }
+
+/**
+ * Why one attempt at Milo failed, to retry; a failure retrying cannot cure
+ * (a refused host, TLS, a CniError) is thrown.
+ */
+export function miloFetchFailure(
+  err: unknown,
+  method: string,
+  url: string,
+  timeoutMs: number,
+): string {
+  if (err instanceof CniError) throw err;
+  const host = new URL(url).host;
+  const fatal = fatalFetchError(err, {
+    refused: `${method} ${host}`,
+    hint: "reinstall milo-ipam with a node config that names this Milo host",
+    tls: `${host} failed (check milo.caFile)`,
+  });
+  if (fatal) throw fatal;
+  return isTimeout(err) ? `request timed out after ${Math.round(timeoutMs)} ms` : errorText(err);
+}

@@ -6,9 +6,8 @@
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
 import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import {
-  fatalFetchError,
   httpClientFor,
-  isTimeout,
+  miloFetchFailure,
   parseJson,
   readAnswer,
   readToken,
@@ -27,55 +26,18 @@ import {
   MAX_PAGES,
   PAGE_LIMIT,
   parse,
+  remakeBody,
   statusError,
   statusOf,
 } from "./milo_objects.ts";
-import type { MiloLimiter, Slot } from "./limiter.ts";
+import type { Slot } from "./limiter.ts";
+import type { ClientOptions } from "./milo_options.ts";
 import { ListTally, utf8Length } from "./list_bound.ts";
 import { after } from "./timers.ts";
 
 export { API_PATH, MAX_LIST_BYTES, MAX_LIST_ITEMS } from "./milo_objects.ts";
 
-/** One HTTP exchange as the client saw it, for metrics. */
-export interface RequestEvent {
-  method: string;
-  /** HTTP status, or `error` when no answer came. */
-  status: number | "error";
-  /** 1 for the first attempt of a request, then 2, 3, ... for retries. */
-  attempt: number;
-}
-
-/** How the client reaches Milo and how long it may try. */
-export interface ClientOptions {
-  baseUrl: string;
-  namespace: string;
-  token: string;
-  requestMs: number;
-  /** Absolute deadline (ms since epoch) of the whole invocation. */
-  deadline: number;
-  client?: Deno.HttpClient;
-  fetch?: typeof fetch;
-  sleep?: (ms: number) => Promise<void>;
-  random?: () => number;
-  /** The clock of deadlines (ms since epoch); default `Date.now`. */
-  now?: () => number;
-  /**
-   * The node's limiter (the agent's, shared by every call): each attempt
-   * waits for a slot, one that gets none before the deadline is not sent, and
-   * each answer is reported to it. A 429 or 503 then waits on the limiter's
-   * node-wide pause instead of this request's own. Without one (the exec'd
-   * plugin), a `Retry-After` is waited with full jitter.
-   */
-  limiter?: MiloLimiter;
-  /** Called after every attempt. */
-  onRequest?: (e: RequestEvent) => void;
-  /**
-   * Aborted when whoever asked is gone (the agent's caller closed its
-   * connection): no request starts after it. The one in flight is not
-   * cancelled: its answer says whether Milo made the claim, so it can be undone.
-   */
-  signal?: AbortSignal;
-}
+export type { ClientOptions, RequestEvent } from "./milo_options.ts";
 
 const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
@@ -212,7 +174,11 @@ export class MiloClient {
   /**
    * Releases the claim `name` only when a fresh GET finds it `mine` (else
    * `changed`), and only while it is that object: the DELETE carries its uid
-   * as a precondition. A claim without a uid is never released this way.
+   * as a precondition. Milo does not check it (`AllocatingREST.Delete` reads
+   * the claim by name), so the DELETE's answer is checked too: a claim of
+   * the same name made between the GET and the DELETE (another holder's) is
+   * made again at once, as it was (`changed`), and a failure to is an error
+   * naming it. A claim without a uid is never released this way.
    */
   async releaseIf(name: string, mine: (claim: IPClaim) => boolean): Promise<Release> {
     const now = await this.getClaim(name);
@@ -228,7 +194,29 @@ export class MiloClient {
       if (st?.reason === "Conflict") return "changed";
       throw statusError(`DELETE ${path}`, 409, st);
     }
-    return "released";
+    const gone = IPClaimSchema.safeParse(a.body).data;
+    if (!gone?.metadata.uid || gone.metadata.uid === uid) return "released";
+    await this.#remake(gone, uid);
+    return "changed";
+  }
+
+  /** Makes `gone` (deleted in place of `uid`) again, or fails naming it. */
+  async #remake(gone: IPClaim, uid: string): Promise<void> {
+    const name = gone.metadata.name;
+    try {
+      await this.createClaim(remakeBody(this.#o.namespace, gone));
+    } catch (err) {
+      // Made again already (its holder's retry): Milo refuses the name as taken.
+      if (err instanceof CniError && err.outcome === "conflict" && await this.getClaim(name)) {
+        return;
+      }
+      throw new CniError(
+        "transient",
+        `the DELETE of claim ${name} (uid ${uid}) removed a newer claim of that name ` +
+          `(uid ${gone.metadata.uid}), and making it again failed`,
+        `${errorText(err)}; Milo does not check a DELETE's uid precondition`,
+      );
+    }
   }
 
   /** LISTs claims matching a label selector, following `continue` pages. */
@@ -372,7 +360,7 @@ export class MiloClient {
           wait = Math.max(wait, Math.round(this.#random() * hinted));
         }
       } catch (err) {
-        const failure = fetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        const failure = miloFetchFailure(err, method, url, Math.min(o.requestMs, remaining));
         last = answered ? `${answered}; then ${failure}` : failure;
       } finally {
         slot?.done({ status, retryAfterMs: hinted });
@@ -407,17 +395,4 @@ export class MiloClient {
     const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** (attempt - 1));
     return Math.round(ceiling / 2 + this.#random() * ceiling / 2);
   }
-}
-
-/** Why one attempt failed, to retry; a failure retrying cannot cure is thrown. */
-function fetchFailure(err: unknown, method: string, url: string, timeoutMs: number): string {
-  if (err instanceof CniError) throw err;
-  const host = new URL(url).host;
-  const fatal = fatalFetchError(err, {
-    refused: `${method} ${host}`,
-    hint: "reinstall milo-ipam with a node config that names this Milo host",
-    tls: `${host} failed (check milo.caFile)`,
-  });
-  if (fatal) throw fatal;
-  return isTimeout(err) ? `request timed out after ${Math.round(timeoutMs)} ms` : errorText(err);
 }

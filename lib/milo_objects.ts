@@ -206,3 +206,29 @@ export function statusError(
       );
   }
 }
+
+/**
+ * The create that makes `claim` (an answer: the fields kept) again, as it
+ * was: name, the `milo-ipam.io/` labels and annotations, class, family,
+ * scope, reclaim policy. Under Retain Milo re-binds the retained address to
+ * the same name; under Delete the address it held is pinned.
+ */
+export function remakeBody(namespace: string, claim: IPClaim): Record<string, unknown> {
+  const { metadata: m, spec: s, status } = claim;
+  const pinned = s.address ??
+    (s.reclaimPolicy === "Retain"
+      ? undefined
+      : status.address ?? status.allocatedCIDR?.split("/")[0]);
+  return {
+    apiVersion: "ipam.miloapis.com/v1alpha1",
+    kind: "IPClaim",
+    metadata: { name: m.name, namespace, labels: m.labels ?? {}, annotations: m.annotations ?? {} },
+    spec: {
+      className: s.className,
+      ipFamily: s.ipFamily,
+      ...(s.scope ? { scope: s.scope } : {}),
+      ...(pinned ? { address: pinned } : {}),
+      ...(s.reclaimPolicy ? { reclaimPolicy: s.reclaimPolicy } : {}),
+    },
+  };
+}

@@ -160,6 +160,74 @@ Deno.test("releaseClaim deletes only the same object: uid compared, then sent as
   assert.equal(await gone.client.releaseClaim(name, claim.metadata.uid), "absent");
 });
 
+Deno.test("Milo ignores the uid precondition: a newer claim the DELETE removed is made again", async (t) => {
+  type Claim = {
+    metadata: Record<string, unknown> & { uid: string; name: string };
+    spec: Record<string, unknown>;
+    status: Record<string, unknown>;
+  };
+  const old = fixture("ipclaim-bound-ipv4.json") as Claim;
+  const name = old.metadata.name;
+  const holder = { "milo-ipam.io/container-id": "b".repeat(64) };
+  // What AllocatingREST.Delete answers: the claim it read by name, now Releasing.
+  const newer = (reclaimPolicy: string): Claim => ({
+    ...old,
+    metadata: { ...old.metadata, uid: "uid-of-the-newer-claim", annotations: holder },
+    spec: { ...old.spec, reclaimPolicy },
+    status: { ...old.status, phase: "Releasing" },
+  });
+  await t.step("Retain: the same name again, which re-binds its address; changed", async () => {
+    const { client, seen } = scripted([
+      { status: 200, body: old },
+      { status: 200, body: newer("Retain") },
+      { status: 201, body: { ...newer("Retain"), status: old.status } },
+    ]);
+    assert.equal(await client.releaseClaim(name, old.metadata.uid), "changed");
+    assert.deepEqual(seen.map((r) => r.method), ["GET", "DELETE", "POST"]);
+    const made = JSON.parse(seen[2].body!);
+    assert.equal(made.metadata.name, name);
+    assert.deepEqual(made.metadata.annotations, holder);
+    assert.equal(made.spec.reclaimPolicy, "Retain");
+    assert.equal(made.spec.address, undefined, "a retained address is re-bound by name");
+  });
+  await t.step("Delete: its address pinned", async () => {
+    const { client, seen } = scripted([
+      { status: 200, body: old },
+      { status: 200, body: newer("Delete") },
+      { status: 201, body: newer("Delete") },
+    ]);
+    assert.equal(await client.releaseClaim(name, old.metadata.uid), "changed");
+    assert.equal(JSON.parse(seen[2].body!).spec.address, "10.40.0.7");
+  });
+  await t.step("made again by its holder first: changed, nothing else sent", async () => {
+    const { client, seen } = scripted([
+      { status: 200, body: old },
+      { status: 200, body: newer("Retain") },
+      {
+        status: 409,
+        body: { kind: "Status", code: 409, reason: "Conflict", message: "already bound to" },
+      },
+      { status: 200, body: newer("Retain") },
+    ]);
+    assert.equal(await client.releaseClaim(name, old.metadata.uid), "changed");
+    assert.deepEqual(seen.map((r) => r.method), ["GET", "DELETE", "POST", "GET"]);
+  });
+  await t.step("making it again fails: an error naming both uids", async () => {
+    const bad = { status: 400, body: { kind: "Status", code: 400, message: "class not found" } };
+    const { client } = scripted([
+      { status: 200, body: old },
+      { status: 200, body: newer("Retain") },
+      bad,
+    ]);
+    const e = await rejects(client.releaseClaim(name, old.metadata.uid));
+    assert.equal(e.code, 11);
+    assert.match(
+      e.message,
+      /removed a newer claim .*uid-of-the-newer-claim.*making it again failed/,
+    );
+  });
+});
+
 Deno.test("a redirect is never followed: protocol error naming the Location", async () => {
   for (const status of [301, 303, 307]) {
     const { client, seen } = scripted([{ status, headers: { location: "https://elsewhere/x" } }]);
