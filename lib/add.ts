@@ -20,7 +20,8 @@ import { requestedAddresses } from "./requested.ts";
 type Requested = ReturnType<typeof requestedAddresses>;
 
 /** A lease this ADD holds: the claim's name and uid besides the address. */
-type Held = Lease & { name: string; uid?: string };
+/** A family's lease: its claim, and whether this ADD made it (`fresh`) or found it its own. */
+type Held = Lease & { name: string; uid?: string; fresh: boolean };
 
 /**
  * ADD: lease one address per configured family from Milo. Retries of the same
@@ -96,8 +97,11 @@ async function leaseAll(
   const held = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
   if (failures.length) {
     const e = combineErrors(failures);
-    if (!held.length) throw e;
-    const notes = await Promise.all(held.map((h) => rollBack(inv, h, e.message, entry)));
+    // Only what this ADD made is undone: a claim it found its own is an earlier ADD's
+    // lease (its runtime may have it), released by the attachment's DEL.
+    const made = held.filter((h) => h.fresh);
+    if (!made.length) throw e;
+    const notes = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
     throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
   }
   return held;
@@ -112,10 +116,10 @@ async function leaseFamily(
   const net = inv.conf.network;
   const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family, address);
   const name = (body.metadata as { name: string }).name;
-  const created = await create(inv, name, body, address);
-  const [claim, fresh] = created
-    ? [created, true]
-    : await ownExisting(inv, name, net.classes[family]!, body);
+  const { made, existing } = await create(inv, name, body, address);
+  const [claim, fresh] = made
+    ? [made, true]
+    : await ownExisting(inv, name, net.classes[family]!, body, existing!);
   if (fresh) await mustBePosted(inv, family, body, claim, entry);
   const phase = claim.status.phase;
   if (phase !== "Bound") {
@@ -131,9 +135,10 @@ async function leaseFamily(
         fresh ? "Milo bound another address than the one posted" : "DEL the attachment first",
       );
     }
-    return { family, cidr, name, uid: claim.metadata.uid };
+    return { family, cidr, name, uid: claim.metadata.uid, fresh };
   } catch (err) {
     const e = toCniError(err);
+    if (!fresh) throw e;
     const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
     throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
   }
@@ -155,15 +160,8 @@ async function ownExisting(
   name: string,
   className: string,
   body: Record<string, unknown>,
+  claim: IPClaim,
 ): Promise<[IPClaim, boolean]> {
-  const claim = await inv.milo.getClaim(name);
-  if (!claim) {
-    throw new CniError(
-      "transient",
-      `claim ${name} vanished between create and read`,
-      "retry the ADD",
-    );
-  }
   const differs = mismatches(claim, inv.attachment);
   const uid = claim.metadata.uid;
   const identity = inv.attachment.identity ?? "attachment";
@@ -181,7 +179,10 @@ async function ownExisting(
     holderOf(claim).host === inv.attachment.host;
   if (reused && uid) {
     await inv.milo.releaseClaim(name, uid);
-    const made = await inv.milo.createClaim(body);
+    const made = await inv.milo.createClaim(body).catch((err) => {
+      if (toCniError(err).outcome === "conflict") return null;
+      throw err;
+    });
     if (made) return [made, true];
     throw new CniError(
       "transient",
@@ -209,9 +210,12 @@ async function ownExisting(
 }
 
 /**
- * POSTs the claim: the bound claim, or `null` when the name exists. A 409
- * that is not AlreadyExists is named for what it means here (Milo's messages,
- * `internal/allocator/reclaim.go` and `interface.go`): a retained allocation
+ * POSTs the claim: `made`, the bound claim; or `existing`, the claim of this
+ * name Milo already holds. Milo answers a create of an existing name with 409
+ * AlreadyExists or Conflict (a re-binding Milo's reclaim probe finds the live
+ * claim's allocation "already bound", `internal/allocator/reclaim.go`), so on
+ * any 409 the name is read before the refusal is believed. A 409 with no
+ * claim of the name is named for what it means here: a retained allocation
  * of this name that an older Milo will not re-bind or that does not match the
  * claim (the field named), or a requested address that is taken.
  */
@@ -220,31 +224,44 @@ async function create(
   name: string,
   body: Record<string, unknown>,
   address: string | undefined,
-): Promise<IPClaim | null> {
+): Promise<{ made?: IPClaim; existing?: IPClaim }> {
+  /** Milo's refusal; undefined for AlreadyExists. */
+  let refused: CniError | undefined;
   try {
-    return await inv.milo.createClaim(body);
+    const made = await inv.milo.createClaim(body);
+    if (made) return { made };
   } catch (err) {
-    const e = toCniError(err);
-    if (e.outcome !== "conflict") throw e;
-    if (/does not re-bind/.test(e.details)) {
-      throw new CniError(
-        "conflict",
-        `claim ${name}: Milo holds a retained allocation of this name and refuses to re-bind it`,
-        `${e.details}; this Milo predates re-binding by name`,
-      );
-    }
-    if (/retained allocation does not match this claim/.test(e.details)) {
-      throw new CniError(
-        "conflict",
-        `claim ${name}: Milo's retained allocation of this name does not match the claim`,
-        `${e.details}; the network's class, scope or prefix length changed since it was retained`,
-      );
-    }
-    if (address && /address already allocated/.test(e.details)) {
-      throw new CniError("conflict", `requested address ${address} is taken`, e.details);
-    }
-    throw e;
+    refused = toCniError(err);
+    if (refused.outcome !== "conflict") throw refused;
   }
+  const existing = await inv.milo.getClaim(name);
+  if (existing) return { existing };
+  const said = refused?.details ?? "";
+  if (!refused || /already bound to/.test(said)) {
+    throw new CniError(
+      "transient",
+      `claim ${name} existed when Milo refused its create, and is gone now`,
+      refused ? `${said}; retry the ADD` : "retry the ADD",
+    );
+  }
+  if (/does not re-bind/.test(said)) {
+    throw new CniError(
+      "conflict",
+      `claim ${name}: Milo holds a retained allocation of this name and refuses to re-bind it`,
+      `${said}; this Milo predates re-binding by name`,
+    );
+  }
+  if (/retained allocation does not match this claim/.test(said)) {
+    throw new CniError(
+      "conflict",
+      `claim ${name}: Milo's retained allocation of this name does not match the claim`,
+      `${said}; the network's class, scope or prefix length changed since it was retained`,
+    );
+  }
+  if (address && /address already allocated/.test(said)) {
+    throw new CniError("conflict", `requested address ${address} is taken`, said);
+  }
+  throw refused;
 }
 
 /**

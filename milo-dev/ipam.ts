@@ -200,12 +200,18 @@ export class Ipam {
     const scope = scopeKey(cls, req.spec.scope);
     let picked: Pick | undefined;
     const row = this.#store.tx(() => {
-      if (this.#store.getClaim(project, ns, req.name)) throw alreadyExists("ipclaims", req.name);
       const b: BindRequest = { project, ns, req, className, cls, allocName, rv: 0 };
       const retained = this.#store.getAllocation(project, ns, allocName);
+      const mode = this.retained.settings().recreate;
+      // Milo probes for a retained allocation before anything else (storage.go,
+      // phase 1a): a live claim's name finds its bound allocation there and is
+      // refused as "already bound" (Conflict); the earlier storage's unique
+      // claim key answers AlreadyExists.
+      const live = this.#store.getClaim(project, ns, req.name);
+      if (live && (mode === "Conflict" || !retained)) throw alreadyExists("ipclaims", req.name);
       if (retained) {
         const c = { name: req.name, className, cls, scopeKey: scope };
-        refuseReclaim(this.retained.settings().recreate, retained, c);
+        refuseReclaim(mode, retained, c);
         return this.#rebind({ ...b, rv: this.#store.nextRV() }, retained);
       }
       picked = this.#pick(project, plans, className, cls, req);

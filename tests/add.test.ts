@@ -431,7 +431,7 @@ Deno.test("ADD against Milo down: code 11, nothing held", async () => {
   });
 });
 
-Deno.test("ADD: a 409 Conflict that is not AlreadyExists (pinned address taken) is 103, no GET", async () => {
+Deno.test("ADD: a 409 Conflict with no claim of the name (pinned address taken) is 103 after one GET", async () => {
   await withStub(async (stub, inv) => {
     stub.inject({
       method: "POST",
@@ -443,7 +443,7 @@ Deno.test("ADD: a 409 Conflict that is not AlreadyExists (pinned address taken) 
       103,
       /address 10\.40\.0\.9 is already claimed.*409 Conflict/,
     );
-    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`]);
+    assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `GET ${CLAIMS_PATH}/${NAME_V4}`]);
   });
 });
 
@@ -636,5 +636,17 @@ Deno.test("ADD: a 201 naming another claim is 105; that claim is never deleted, 
     assert.equal(stub.get(theirs.metadata.name)?.metadata.uid, theirs.metadata.uid);
     assert.ok(stub.get(NAME_V4), "the claim posted is left for the DEL");
     assert.ok(!JSON.stringify(e).includes("10.40.0."), "no address of the answer is returned");
+  });
+});
+
+Deno.test("a failed ADD undoes only what it made: a claim it found its own stays (an earlier ADD's lease)", async () => {
+  await withStub(async (stub, inv) => {
+    await add(inv());
+    const v4 = stub.get(NAME_V4)!.metadata.uid;
+    // The same attachment's ADD again (the agent's, after the plugin leased by itself): v6 fails.
+    stub.inject({ method: "GET", path: NAME_V6, times: FOREVER, answer: () => refused() });
+    await rejectsWith(add(inv()), 11, /Connection refused/);
+    assert.equal(stub.get(NAME_V4)?.metadata.uid, v4, "the v4 lease the runtime was given stays");
+    assert.equal(stub.seen("DELETE").length, 0);
   });
 });

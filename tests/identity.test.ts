@@ -357,3 +357,71 @@ Deno.test("a shared-name claim without a uid is never released by its name (GC)"
     assert.equal(stub.all().length, 1);
   });
 });
+
+/**
+ * The re-binding Milo probes for a retained allocation before it allocates
+ * (`internal/registry/ipam/ipclaim/storage.go`, phase 1a): a live claim's
+ * name finds its allocation bound and is refused as 409 Conflict "already
+ * bound" (`internal/allocator/reclaim.go`), never AlreadyExists.
+ */
+function liveNamesConflict(stub: StubMilo) {
+  stub.inject({
+    method: "POST",
+    path: CLAIMS_PATH,
+    times: 100,
+    answer: (req, s) => {
+      const name = (req.body as { metadata: { name: string } }).metadata.name;
+      if (!s.get(name)) return undefined;
+      return statusReply(409, {
+        name,
+        reason: "Conflict",
+        message: `Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "${name}": ` +
+          "ipam: retained allocation does not match this claim: an allocation under this " +
+          `identity is already bound to "/ipam.miloapis.com/ipclaims/default/${name}"`,
+      });
+    },
+  });
+}
+
+Deno.test("a re-binding Milo answers a live name with Conflict: the ADD reads it and applies the holder rules", async (t) => {
+  await t.step("attachment identity: a repeated ADD finds its own claim", async () => {
+    await withVerb("ADD", async (stub, inv) => {
+      liveNamesConflict(stub);
+      const first = await add(sandbox(inv, "ADD", CID_A, "uid-1", {}));
+      const again = await add(sandbox(inv, "ADD", CID_A, "uid-1", {}));
+      assert.equal(address(again), address(first));
+      assert.equal(stub.all().length, 1);
+    });
+  });
+  await t.step("pod identity: a second sandbox gets 11 naming the holder", async () => {
+    await withVerb("ADD", async (stub, inv) => {
+      liveNamesConflict(stub);
+      await add(sandbox(inv, "ADD", CID_A, "uid-1"));
+      await rejectsWith(
+        add(sandbox(inv, "ADD", CID_B, "uid-2", POD, "node-2")),
+        11,
+        /held by container a{64} on node node-1/,
+      );
+      assert.equal(holderOf(stub.all()[0]).containerId, CID_A);
+      assert.equal(deletes(stub), 0);
+    });
+  });
+  await t.step("the name gone by the time it is read: 11, retry", async () => {
+    await withVerb("ADD", async (stub, inv) => {
+      stub.inject({
+        method: "POST",
+        path: CLAIMS_PATH,
+        answer: (req) => {
+          const name = (req.body as { metadata: { name: string } }).metadata.name;
+          return statusReply(409, {
+            name,
+            reason: "Conflict",
+            message: `ipam: retained allocation does not match this claim: an allocation under ` +
+              `this identity is already bound to "/ipam.miloapis.com/ipclaims/default/${name}"`,
+          });
+        },
+      });
+      await rejectsWith(add(sandbox(inv, "ADD", CID_A, "uid-1")), 11, /existed .* gone now/);
+    });
+  });
+});

@@ -259,11 +259,19 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         (await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq })).status,
         201,
       );
+      // The fixture's AlreadyExists is the earlier claim storage's answer to a live
+      // name; the re-binding Milo's reclaim probe answers Conflict (milo_dev_retain).
+      await dev.setRetention({ recreate: "Conflict" });
       const r409 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq });
+      await dev.fetch(`${dev.adminUrl}/retention`, { method: "DELETE" }).then((r) =>
+        r.body?.cancel()
+      );
       assert.deepEqual([r409.status, r409.body], [
         409,
         await fixture("status-409-already-exists.json"),
       ]);
+      const rebinding = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: createReq });
+      assert.deepEqual([rebinding.status, rebinding.body.reason], [409, "Conflict"]);
 
       const r422 = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("Pod_1") });
       assert.deepEqual([r422.status, r422.body], [422, await fixture("status-422-invalid.json")]);

@@ -283,8 +283,21 @@ Deno.test("milo-dev retain: the earlier storage's 409, from the seed or the admi
       assert.equal((await dev.setRetention({ recreate: "Rebind" })).recreate, "Rebind");
       const c = await bound(a, "db-0", retain());
       assert.equal(c.status.address, "10.40.0.1");
+      // A live name: Milo's reclaim probe finds its allocation bound (storage.go, phase 1a).
+      assert.deepEqual(
+        (await a.create("db-0", retain())).body,
+        conflictStatus(
+          "db-0",
+          `${MISMATCH}: an allocation under this identity is already bound to "db-0"`,
+        ),
+      );
       const back = await dev.fetch(`${dev.adminUrl}/retention`, { method: "DELETE" });
       assert.equal((await back.json()).recreate, "Conflict");
+      assert.equal(
+        (await a.create("db-0", retain())).body.reason,
+        "AlreadyExists",
+        "the earlier storage",
+      );
       const bad = await dev.fetch(`${dev.adminUrl}/retention`, {
         method: "PUT",
         body: JSON.stringify({ recreate: "Sometimes" }),
