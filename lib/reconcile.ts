@@ -259,13 +259,17 @@ async function releaseOrphans(
         continue;
       }
       const r = await releaseOwn(o, milo(), c, host);
-      if (r === "changed") {
-        keep("in Milo it is another claim now: left alone");
-        continue;
-      }
       if (!o.dryRun) {
         holdings.forget(key, [name]);
         delete next.absent[name];
+      }
+      if (r === "changed") {
+        // Not this node's lease any more: no longer counted as one it holds.
+        report.kept.push({
+          claim: name,
+          reason: "in Milo it is another claim now: left alone, dropped from the record",
+        });
+        continue;
       }
       if (r === "absent") {
         report.kept.push({

@@ -157,7 +157,9 @@ Deno.test("reconcile: a uid changed on the re-check before the DELETE keeps the 
     });
     const r = await w.run();
     assert.deepEqual(r.released.map((x) => x.claim), [o6.metadata.name]);
-    assert.deepEqual(keptFor(r, o4), ["in Milo it is another claim now: left alone"]);
+    assert.deepEqual(keptFor(r, o4), [
+      "in Milo it is another claim now: left alone, dropped from the record",
+    ]);
     assert.ok(w.stub.get(o4.metadata.name));
     assert.ok(!w.stub.seen("DELETE").some((d) => d.path.endsWith(o4.metadata.name)));
   });
@@ -172,7 +174,15 @@ Deno.test("reconcile: a claim Milo holds under another uid than the record's is 
     w.clock.t += GRACE_MS;
     const r = await w.run();
     assert.ok(!r.released.some((x) => x.claim === o4.metadata.name));
-    assert.deepEqual(keptFor(r, o4), ["in Milo it is another claim now: left alone"]);
+    assert.deepEqual(keptFor(r, o4), [
+      "in Milo it is another claim now: left alone, dropped from the record",
+    ]);
+    assert.ok(w.stub.get(o4.metadata.name));
+    // Not this node's any more: later runs neither judge it nor count it absent.
+    w.clock.t += GRACE_MS;
+    const later = await w.run();
+    assert.deepEqual(keptFor(later, o4), []);
+    assert.ok(!(o4.metadata.name in ((await w.state()).absent ?? {})));
     assert.ok(w.stub.get(o4.metadata.name));
   });
 });
