@@ -3,6 +3,7 @@ import {
   claimBody,
   describeHolder,
   holderOf,
+  KEYS,
   leaseOf,
   mismatches,
   recordsAnother,
@@ -114,7 +115,7 @@ async function leaseFamily(
   address: string | undefined,
 ): Promise<Held> {
   const net = inv.conf.network;
-  const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family, address);
+  const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family, address, inv.callId);
   const name = (body.metadata as { name: string }).name;
   const { made, existing } = await create(inv, name, body, address);
   const [claim, fresh] = made
@@ -206,7 +207,8 @@ async function ownExisting(
       "DEL the attachment before changing its classes",
     );
   }
-  return [claim, false];
+  // Made by this ADD: a create whose answer was lost, found by its retry.
+  return [claim, claim.metadata.annotations?.[KEYS.addId] === inv.callId];
 }
 
 /**

@@ -34,6 +34,8 @@ export const KEYS = {
   vpc: `${PREFIX}vpc`,
   vpcattachment: `${PREFIX}vpcattachment`,
   host: `${PREFIX}host`,
+  /** The call id of the ADD that created the claim (its retried create finds it its own). */
+  addId: `${PREFIX}add-id`,
 } as const;
 
 /** Who holds a lease: one pod interface on one node of one cluster. */
@@ -188,11 +190,14 @@ export function claimBody(
   a: Attachment,
   family: Family,
   address?: string,
+  addId?: string,
 ): Record<string, unknown> {
+  const own = ownership(a, family);
+  if (addId) own.annotations[KEYS.addId] = addId;
   return {
     apiVersion: "ipam.miloapis.com/v1alpha1",
     kind: "IPClaim",
-    metadata: { name: claimName(a, family), namespace, ...ownership(a, family) },
+    metadata: { name: claimName(a, family), namespace, ...own },
     spec: {
       className: net.classes[family],
       ipFamily: miloFamily(family),

@@ -1,6 +1,7 @@
-import { type Attachment, canName, claimName, isHeldBy, recordsAnother } from "./claims.ts";
+import { type Attachment, canName, claimName, isHeldBy, KEYS, recordsAnother } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import type { Holding } from "./holdings.ts";
 import type { JournalClaim } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -16,7 +17,8 @@ import type { IPClaim } from "./milo_objects.ts";
  * or a create unanswered), a released DEL records an in-doubt entry instead:
  * that create may still land. Holds the attachment's lock (see
  * lib/lockfile.ts) throughout. The agent's undo releases nothing unless the
- * ADD it undoes is still the attachment's last.
+ * ADD it undoes is still the attachment's last, and then only the claims
+ * that ADD made ({@link undo}).
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
@@ -27,12 +29,53 @@ export const del: Handler = async (inv) => {
         const why = h ? "a later ADD of this attachment is recorded" : "the ADD left no lease";
         return { claims: [], skipped: `undo of ADD ${inv.undoOf}: ${why}; nothing released` };
       }
+      return await undo(inv, h);
     }
     return await release(inv);
   } finally {
     lock.close();
   }
 };
+
+/**
+ * The agent's undo of the ADD `h` records: each claim is released only while
+ * Milo's claim records that ADD as its maker (`milo-ipam.io/add-id`); one it
+ * found is an earlier ADD's lease (the plugin's own, when it took the call
+ * over), which its runtime may hold. After an ADD in doubt the names it made
+ * or may still make are journaled in doubt, as a DEL's are.
+ */
+async function undo(inv: Invocation, h: Holding) {
+  const names = h.claims.map((c) => c.name);
+  const found: string[] = [];
+  const r = await attemptAll(
+    names,
+    async (name) => {
+      const done = await inv.milo.releaseIf(name, (c) => madeBy(c) === inv.undoOf);
+      if (done === "changed") found.push(name);
+    },
+    (name) => `undo: release of claim ${name} failed`,
+  );
+  if (r.failures.length) throw combineErrors(r.failures);
+  const gone = names.filter((n) => !found.includes(n));
+  if (h.state === "adding" && gone.length) {
+    await inv.journal.recordDoubt(inv.attachment, gone, inv.now());
+  }
+  if (found.length) inv.holdings.forget(inv.attachment, gone);
+  else inv.holdings.remove(inv.attachment);
+  return {
+    claims: gone,
+    ...(found.length
+      ? {
+        skipped: `undo of ADD ${inv.undoOf}: ${
+          found.join(", ")
+        } made by an earlier ADD: left alone`,
+      }
+      : {}),
+  };
+}
+
+/** The call id of the ADD that made `claim`, as it records it. */
+const madeBy = (c: IPClaim) => c.metadata.annotations?.[KEYS.addId];
 
 async function release(inv: Invocation) {
   const record = inv.holdings.read(inv.attachment);

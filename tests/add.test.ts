@@ -81,6 +81,7 @@ Deno.test("ADD IPv4: one POST in Milo's create shape, the 201 lease as a /32 res
       [KEYS.vpc]: "vpc-7b3e",
       [KEYS.vpcattachment]: "vpc-7b3e-attach-1",
       [KEYS.host]: i.attachment.host,
+      [KEYS.addId]: i.callId,
     });
     assert.match(i.attachment.host!, /^[0-9a-f]{32}$/);
     assert.equal(stub.get(NAME_V4)?.status.phase, "Bound");
@@ -648,5 +649,27 @@ Deno.test("a failed ADD undoes only what it made: a claim it found its own stays
     await rejectsWith(add(inv()), 11, /Connection refused/);
     assert.equal(stub.get(NAME_V4)?.metadata.uid, v4, "the v4 lease the runtime was given stays");
     assert.equal(stub.seen("DELETE").length, 0);
+  });
+});
+
+Deno.test("a create whose answer was lost and whose retry finds the claim: made by this ADD, undone on failure", async () => {
+  await withStub(async (stub, inv) => {
+    let lost = 0;
+    stub.inject({
+      method: "POST",
+      times: FOREVER,
+      answer: (req, s) => {
+        const body = req.body as Json & { metadata: Json; spec: Json };
+        if (body.spec.ipFamily === "IPv6") return refused();
+        // The IPv4 create lands, its answer is lost (a dropped connection): the retry finds it.
+        if (lost++ === 0) {
+          s.materialize(body);
+          return refused();
+        }
+        return undefined;
+      },
+    });
+    await rejectsWith(add(inv()), 11, /Connection refused/);
+    assert.equal(stub.get(NAME_V4), undefined, "the IPv4 claim this ADD made is rolled back");
   });
 });

@@ -179,6 +179,30 @@ Deno.test("DEL as the agent's undo releases only while the ADD it undoes is the 
     assert.match(none.skipped!, /the ADD left no lease/);
     assert.equal(stub.all().length, 2);
 
+    // The agent's ADD found the plugin's lease (the plugin took the call over, its frame lost).
+    i.holdings.held(i.attachment, "add-by-the-agent", claims, Date.now());
+    const found = await del(inv({ undoOf: "add-by-the-agent" }));
+    assert.deepEqual(found.claims, []);
+    assert.match(found.skipped!, /made by an earlier ADD: left alone/);
+    assert.equal(stub.all().length, 2, "the lease the plugin printed stays");
+
+    // It made the IPv6 claim (the claim records it) and found the IPv4 one: only IPv6 goes.
+    const madeBy = (name: string) => {
+      const c = stub.get(name)!;
+      const annotations = { ...c.metadata.annotations, [KEYS.addId]: "add-by-the-agent" };
+      stub.put({ ...c, metadata: { ...c.metadata, annotations } });
+    };
+    madeBy(NAME_V6);
+    i.holdings.held(i.attachment, "add-by-the-agent", claims, Date.now());
+    const some = await del(inv({ undoOf: "add-by-the-agent" }));
+    assert.deepEqual(some.claims, [NAME_V6]);
+    assert.deepEqual([!!stub.get(NAME_V4), !!stub.get(NAME_V6)], [true, false]);
+    assert.deepEqual(i.holdings.read(i.attachment)?.claims.map((c) => c.name), [NAME_V4]);
+
+    stub.remove(NAME_V4);
+    leased(stub, i);
+    madeBy(NAME_V4);
+    madeBy(NAME_V6);
     i.holdings.held(i.attachment, "add-by-the-agent", claims, Date.now());
     const own = await del(inv({ undoOf: "add-by-the-agent" }));
     assert.deepEqual(own.claims, [NAME_V4, NAME_V6]);
