@@ -150,28 +150,37 @@ export async function placeBundle(support: string): Promise<string> {
 }
 
 /**
- * `deno compile`s `entry` into `output` with the runtime and permission
- * flags; every chunk of `chunksDir` goes into the binary, whether or not
- * compile follows lazy imports.
+ * The `deno compile` arguments: the runtime and permission flags, every
+ * chunk of `chunksDir` (whether or not compile follows lazy imports), and no
+ * V8 code cache: a compiled binary keeps one in the system's temporary
+ * directory, where another user could leave one for root to load.
  */
+export function compileArgs(
+  entry: string,
+  chunksDir: string,
+  flags: string[],
+  output: string,
+): string[] {
+  return [
+    "compile",
+    "--quiet",
+    "--no-code-cache",
+    ...RUNTIME_FLAGS,
+    "--include",
+    chunksDir,
+    ...flags,
+    "--output",
+    output,
+    entry,
+  ];
+}
+
+/** `deno compile`s `entry` into `output` ({@link compileArgs}). */
 export function compile(
   entry: string,
   chunksDir: string,
   flags: string[],
   output: string,
 ): Promise<{ ok: boolean; output: string }> {
-  return run(
-    [
-      "compile",
-      "--quiet",
-      ...RUNTIME_FLAGS,
-      "--include",
-      chunksDir,
-      ...flags,
-      "--output",
-      output,
-      entry,
-    ],
-    COMPILE_TIMEOUT_MS,
-  );
+  return run(compileArgs(entry, chunksDir, flags, output), COMPILE_TIMEOUT_MS);
 }

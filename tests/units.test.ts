@@ -9,7 +9,7 @@ import { hostId } from "../lib/host.ts";
 import { parseCidr } from "../lib/ip.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { sha256Hex } from "../lib/sha256.ts";
-import { launcherScript } from "../scripts/build.ts";
+import { compileArgs, launcherScript } from "../scripts/build.ts";
 import { grantsFor } from "../scripts/sandbox.ts";
 
 const NODE = {
@@ -393,6 +393,14 @@ Deno.test("install grants come from the node config, for launcher and binary ali
     const script = launcherScript("/opt/deno", "/opt/milo-ipam.js", flags);
     for (const f of flags) assert.ok(script.includes(`'${f}'`), f);
     assert.match(script, /'run' '--no-config'.*'\/opt\/milo-ipam\.js' "\$@"/);
+    // The compiled form: the same flags, and no code cache in the shared temporary directory.
+    const compiled = compileArgs("main.ts", "chunks", flags, "/out/milo-ipam");
+    const runtime = script.match(/'run' (.*) '\/opt\/milo-ipam\.js'/)![1].split(" ")
+      .map((f) => f.slice(1, -1)).filter((f) =>
+        !["--no-lock", "--no-remote", "--no-npm"].includes(f)
+      );
+    for (const f of runtime) assert.ok(compiled.includes(f), f);
+    assert.ok(compiled.includes("--no-code-cache"));
     await write({
       ...NODE,
       milo: { ...NODE.milo, tokenFile: `${dir}/state/token` },
