@@ -5,6 +5,7 @@ import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import { FAMILIES, miloFamily } from "./ip.ts";
 import type { Handler, Invocation } from "./invocation.ts";
+import { readLive } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
@@ -14,7 +15,9 @@ const DELETE_CONCURRENCY = 8;
 /**
  * GC: release the claims of this node and host, made for this network (its
  * name, and the class and scope it configures), whose attachment is not in
- * `cni.dev/valid-attachments`, which no ADD on this node may still be making, and which
+ * `cni.dev/valid-attachments` and whose container no libcni result cache of
+ * the node names (another runtime, or Multus, may hold it: the liveness of
+ * lib/liveness.ts), which no ADD on this node may still be making, and which
  * are at least `gc.minAgeS` old on Milo's own clock (the LIST's `Date`
  * against `creationTimestamp`; the node's clock plays no part). A claim
  * without a readable creation time is kept. Keeps going past errors and
@@ -34,11 +37,12 @@ export const gc: Handler = async (inv) => {
       "nothing released",
     );
   }
+  const live = (await readLive(inv.node.resultsDirs)).containers;
   const stale = listed.items.filter((c) => {
     const h = holderOf(c);
     if (h.host !== a.host || h.network !== a.network || !madeFor(c, inv.conf.network)) return false;
     if (h.containerId === undefined || h.ifname === undefined) return false;
-    if (valid.has(attachmentKey(h.containerId, h.ifname))) return false;
+    if (valid.has(attachmentKey(h.containerId, h.ifname)) || live.has(h.containerId)) return false;
     if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
     // A claim another sandbox may make again is released by its uid only.
     if (!c.metadata.uid && isSharedName(c.metadata.name)) return false;

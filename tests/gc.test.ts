@@ -280,3 +280,19 @@ Deno.test("GC drops the claims it released from the node's record", async () => 
     assert.equal(gone.holdings.read(gone.attachment), undefined);
   });
 });
+
+Deno.test("GC keeps a claim whose container a result cache names (another runtime's, or Multus's)", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    // Multus's cache, as libcni writes it after the delegate's ADD: the runtime's list lacks it.
+    await Deno.mkdir(`${dir}/results`);
+    await Deno.writeTextFile(
+      `${dir}/results/vpc-7b3e-gone-eth0`,
+      JSON.stringify({ kind: "cniCacheV1", containerId: "gone", ifName: "eth0" }),
+    );
+    const r = await gc(gcInv(stub, dir, VALID));
+    assert.deepEqual(r.claims.sort(), names(w.otherIf));
+    for (const c of w.gone) assert.ok(stub.get(c.metadata.name), "its container is cached: live");
+  });
+});
