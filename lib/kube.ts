@@ -56,7 +56,12 @@ const PodSchema = z.object({
   spec: z.optional(z.object({ nodeName: opt })),
   status: z.optional(z.object({ phase: opt })),
 });
-const NodeSchema = z.object({ metadata: z.object({ name: str }) });
+const NodeSchema = z.object({
+  metadata: z.object({ name: str }),
+  status: z.optional(z.object({
+    conditions: z.optional(z.nullable(z.array(z.object({ type: str, status: str })))),
+  })),
+});
 const listOf = <T extends z.ZodMiniType>(item: T) =>
   z.object({
     items: z.nullable(z.array(item)),
@@ -71,6 +76,12 @@ const StatusSchema = z.object({
   details: z.optional(z.object({ name: opt, kind: opt })),
 });
 type KubeStatus = z.infer<typeof StatusSchema>;
+
+/** A node as the sweep sees it: `ready` is false only when its `Ready` condition is not `True`. */
+export interface KubeNode {
+  name: string;
+  ready: boolean;
+}
 
 /** A pod as the sweep sees it. */
 export interface KubePod {
@@ -177,10 +188,10 @@ export class KubeClient {
     return this.#list("pods", PodListSchema, "PodList", bound, "POD_LIST_BOUND", podOf);
   }
 
-  /** The names of every node, following `continue` pages (bounded: {@link NODE_LIST_BOUND}). */
-  listNodes(): Promise<string[]> {
+  /** Every node, following `continue` pages (bounded: {@link NODE_LIST_BOUND}). */
+  listNodes(): Promise<KubeNode[]> {
     const bound = this.#o.nodeListBound;
-    return this.#list("nodes", NodeListSchema, "NodeList", bound, "NODE_LIST_BOUND", nameOf);
+    return this.#list("nodes", NodeListSchema, "NodeList", bound, "NODE_LIST_BOUND", nodeOf);
   }
 
   /** The pod `namespace/name`, or null on the API server's own 404 NotFound for it. */
@@ -298,8 +309,9 @@ export class KubeClient {
   }
 }
 
-function nameOf(n: z.infer<typeof NodeSchema>): string {
-  return n.metadata.name;
+function nodeOf(n: z.infer<typeof NodeSchema>): KubeNode {
+  const ready = n.status?.conditions?.find((c) => c.type === "Ready");
+  return { name: n.metadata.name, ready: !ready || ready.status === "True" };
 }
 
 function podOf(p: z.infer<typeof PodSchema>): KubePod {

@@ -65,6 +65,8 @@ interface Observation {
   withoutPodUid: number;
   pods: number;
   nodes: number;
+  /** Nodes whose `Ready` condition is not `True` (unreachable, or failing). */
+  notReady: Set<string>;
   candidates: Map<string, Candidate>;
 }
 
@@ -156,7 +158,7 @@ async function observe(
   ]);
   const at = now();
   const uids = new Set(pods.flatMap((p) => p.mirrorUid ? [p.uid, p.mirrorUid] : [p.uid]));
-  const nodeSet = new Set(nodes);
+  const nodeSet = new Set(nodes.map((n) => n.name));
   const obs: Observation = {
     at,
     claims: new Map(),
@@ -164,6 +166,7 @@ async function observe(
     withoutPodUid: 0,
     pods: pods.length,
     nodes: nodes.length,
+    notReady: new Set(nodes.filter((n) => !n.ready).map((n) => n.name)),
     candidates: new Map(),
   };
   for (const claim of claims) {
@@ -243,7 +246,8 @@ function decide(
     };
     report.rows.push(row);
     const why = keptBecause(o, start, c1, c2, first, second, created, h.pod) ??
-      staticPodRule(c.reason, h.pod, h.node);
+      staticPodRule(c.reason, h.pod, h.node) ??
+      notReadyRule(c.reason, h.node, first, second);
     if (why) row.why = why;
     else pending.push({ row, claim: c.claim });
   }
@@ -291,6 +295,24 @@ function staticPodRule(reason: Reason, pod?: string, node?: string): string | nu
   const name = podRef(pod)?.name;
   return name?.endsWith(`-${node.toLowerCase()}`)
     ? `may be a static pod of ${node} (named <name>-<node>): left to that node's reconcile`
+    : null;
+}
+
+/**
+ * Keeps a claim whose node is there but not Ready in either observation: a
+ * pod deleted from the API while its node is unreachable (force-deleted, a
+ * partition) may still run there, on its address. That node's reconcile
+ * judges it once the node is back; a node deleted from the API is gone.
+ */
+function notReadyRule(
+  reason: Reason,
+  node: string | undefined,
+  first: Observation,
+  second: Observation,
+): string | null {
+  if (reason !== "pod-gone" || !node) return null;
+  return first.notReady.has(node) || second.notReady.has(node)
+    ? `its node ${node} is not Ready: its pods may still run there; left to that node's reconcile`
     : null;
 }
 

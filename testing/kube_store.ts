@@ -102,6 +102,16 @@ export class KubeStore {
     return node;
   }
 
+  /**
+   * Sets a node's `Ready` condition: `Unknown` as the node controller marks a
+   * node it lost contact with, `False` for a failing kubelet.
+   */
+  setNodeReady(name: string, status: "True" | "False" | "Unknown"): void {
+    const st = this.#nodes.get(name)?.status as { conditions: { type: string; status: string }[] };
+    for (const c of st.conditions) if (c.type === "Ready") c.status = status;
+    this.#rv++;
+  }
+
   /** Removes a node; true when it existed. */
   removeNode(name: string): boolean {
     this.#rv++;

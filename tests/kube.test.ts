@@ -52,7 +52,7 @@ Deno.test("pods and nodes are listed over every page; a mirror pod carries its s
   const etcd = pods.find((p) => p.name === "etcd-n1")!;
   assert.equal(etcd.mirrorUid, "static-uid");
   assert.equal(etcd.nodeName, "n1");
-  assert.deepEqual(await k.listNodes(), ["n1", "n2"]);
+  assert.deepEqual(await k.listNodes(), [{ name: "n1", ready: true }, { name: "n2", ready: true }]);
   assert.equal(k.requests, 4);
 });
 
@@ -93,7 +93,10 @@ Deno.test("the client reads Kubernetes' own v1 bodies (tests/fixtures/kube/)", a
     ["web-7d4b9c6f5-x2kqp", "node-1", "Running", undefined],
   ]);
   assert.match(seen[1], /continue=eyJ2Ijoib/, "the list's continue token is sent back");
-  assert.deepEqual(await k.listNodes(), ["node-1", "node-2"]);
+  assert.deepEqual((await k.listNodes()).map((n) => [n.name, n.ready]), [
+    ["node-1", true],
+    ["node-2", true],
+  ]);
   const pod = await k.getPod("shop", "web-7d4b9c6f5-x2kqp");
   assert.equal(pod?.uid, "3f0b6a52-8c1e-4f7e-9a43-2d1b5c7e9f10");
   assert.equal(await k.getPod("shop", "gone"), null);

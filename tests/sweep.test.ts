@@ -239,6 +239,22 @@ Deno.test("a static pod whose mirror pod is missing is left to its node; on a go
   assert.equal(row(r, "c-gone-0").action, "released");
 });
 
+Deno.test("a pod gone from the API on a node that is not Ready is left to that node; Ready again, it goes", async () => {
+  const w = world();
+  // Force-deleted while its node was partitioned: the node controller marks the node Unknown.
+  w.orphan("partitioned", "node-2");
+  w.orphan("gone-0");
+  w.kube.store.setNodeReady("node-2", "Unknown");
+  const r = await w.run();
+  assert.equal(row(r, "c-partitioned").action, "kept");
+  assert.match(row(r, "c-partitioned").why, /node node-2 is not Ready: .*that node's reconcile/);
+  assert.ok(w.milo.claims.has("c-partitioned"));
+  assert.equal(row(r, "c-gone-0").action, "released", "a Ready node's pod UID gone: released");
+  w.kube.store.setNodeReady("node-2", "True");
+  const again = await w.run();
+  assert.equal(row(again, "c-partitioned").action, "released");
+});
+
 Deno.test("pagination: claims, pods and nodes over several pages, each page once per observation", async () => {
   const w = world({ miloPage: 2, kubePage: 2, bystander: false });
   w.kube.store.addNode("node-3");
