@@ -451,6 +451,40 @@ for (const mode of MODES) {
         },
       );
 
+      await t.step(
+        "Milo fails the ADD (creates land, answers 503 to the deadline): 11 through the master, its rollback DEL releases both",
+        async () => {
+          const c = conf("galactic-veth", "att9", {
+            ipam: { ...ipam, timeouts: { requestMs: 300, totalMs: 1_500 } },
+          });
+          await milo.setFaults({
+            errorRate: 1,
+            errorStatuses: [503],
+            methods: ["POST"],
+            faultPoint: "after",
+          });
+          let r: ExecResult;
+          try {
+            r = await run({
+              master: "galactic-veth",
+              command: "ADD",
+              containerId: "gv-milo",
+              stdin: c,
+            });
+          } finally {
+            await milo.clearFaults();
+          }
+          assert.equal(r.code, 1, r.stdout);
+          assert.equal(r.json?.code, 11, `milo-ipam's error, as galactic prints it: ${r.stdout}`);
+          await logged("gv-milo", ["ADD", "DEL"]);
+          const [add, del] = await pluginLines("gv-milo");
+          assert.equal(add.code, 11);
+          assert.equal(del.outcome, "ok", "the master's rollback DEL releases what landed");
+          assert.deepEqual(await claimsOf("gv-milo"), []);
+          await ledger("Milo failed the ADD");
+        },
+      );
+
       await t.step("GC and STATUS never reach the delegate; other verbs are refused", async () => {
         const before = (await claims()).length;
         // An empty valid-attachments list: had it reached milo-ipam, its GC would release all.
