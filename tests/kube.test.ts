@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { CniError, QUOTE_CHARS } from "../lib/errors.ts";
+import { tokenOf } from "../lib/http.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { inClusterAccess, kubeconfigAccess, parseKubeconfig } from "../lib/kube_access.ts";
 import { formatDuration } from "../lib/sweep_report.ts";
@@ -191,6 +192,29 @@ Deno.test("401, 403, a redirect, a malformed list and an oversized body are refu
     fetch: () => Promise.resolve(Response.json({ items: [], pad: "x".repeat(200) })),
   });
   await rejectsWith(big.listNodes(), "protocol", /exceeds 100 bytes/);
+});
+
+Deno.test("the service-account token is scrubbed by value from what the API server quotes back", async () => {
+  const token = tokenOf("sa-token-9d2f4e6a8b0c1d3e5f7a\n")!; // as lib/kube_access.ts reads it
+  const quoting = (status: number, message: string) =>
+    new KubeClient({
+      server: "https://kube.test",
+      token,
+      sleep: noSleep,
+      fetch: () => Promise.resolve(Response.json({ kind: "Status", message }, { status })),
+    });
+  for (
+    const [status, message] of [
+      [400, `bad request from ${token}`],
+      [422, `${"x".repeat(QUOTE_CHARS - 10)}${token}`],
+      [500, `token ${token.slice(0, 12)}`],
+    ] as const
+  ) {
+    const err = await quoting(status, message).listNodes().then(() => undefined, (e) => e);
+    assert.ok(err instanceof CniError);
+    const text = `${err.message} ${err.details}`;
+    assert.ok(!text.includes(token.slice(0, 8)), `${status}: ${text}`);
+  }
 });
 
 Deno.test("a list that never ends is cut at maxPages", async () => {
