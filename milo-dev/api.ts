@@ -298,12 +298,14 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     }
     if (m === "GET") return { status: 200, body: ipam.getClaim(project, ns!, name) };
     if (m === "DELETE") {
+      const preconditions = parseDeleteOptions(req.body);
+      const checked = req.ceiling?.get().checkedPreconditions ?? true;
       return {
         status: 200,
         body: ipam.deleteClaim(project, ns!, name, {
           dryRun: isDry,
           failRelease: req.failRelease,
-          preconditions: parseDeleteOptions(req.body),
+          preconditions: checked ? preconditions : undefined,
         }),
       };
     }

@@ -32,6 +32,13 @@ export interface Limits {
    * `internal/storage/postgres/store.go`, reads neither). Absent: true.
    */
   pagedLists?: boolean;
+  /**
+   * A claim DELETE checks its DeleteOptions `preconditions` (Kubernetes'
+   * stores do); false deletes the claim of that name whatever they say, as
+   * Milo's `AllocatingREST.Delete` does (`internal/registry/ipam/ipclaim/
+   * storage.go` reads the claim by name and never looks at them). Absent: true.
+   */
+  checkedPreconditions?: boolean;
 }
 
 /** The limits milo-dev starts with unless told otherwise. */
@@ -60,9 +67,9 @@ export function mergeLimits(base: Limits, patch: unknown): Limits {
   const out: Limits = { ...base };
   for (const [k, v] of Object.entries(patch)) {
     if (k === "allocationsPerSecond") out.allocationsPerSecond = checkAllocationsPerSecond(v);
-    else if (k === "pagedLists") {
-      if (typeof v !== "boolean") throw new LimitsError("pagedLists must be true or false");
-      out.pagedLists = v;
+    else if (k === "pagedLists" || k === "checkedPreconditions") {
+      if (typeof v !== "boolean") throw new LimitsError(`${k} must be true or false`);
+      out[k] = v;
     } else throw new LimitsError(`unknown limit "${k}"`);
   }
   return out;

@@ -290,6 +290,46 @@ Deno.test("milo-dev limits: a LIST counts every row under the prefix", async (t)
       }
     });
 
+    await t.step(
+      "checkedPreconditions false: a DELETE ignores its uid precondition, as Milo's",
+      async () => {
+        const wrongUid = {
+          kind: "DeleteOptions",
+          apiVersion: "v1",
+          preconditions: { uid: "not-it" },
+        };
+        for (const name of ["pre-checked", "pre-ignored"]) {
+          const made = await miloApi(dev, "POST", `${NS}/ipclaims`, { body: claimBody(name) });
+          assert.equal(made.status, 201, JSON.stringify(made.body));
+        }
+        const checked = await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/pre-checked`, {
+          body: wrongUid,
+        });
+        assert.equal(checked.status, 409, "Kubernetes' stores check it");
+        assert.equal(
+          (await dev.setLimits({ checkedPreconditions: false })).checkedPreconditions,
+          false,
+        );
+        try {
+          const ignored = await miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/pre-ignored`, {
+            body: wrongUid,
+          });
+          assert.equal(ignored.status, 200);
+          assert.equal(ignored.body.metadata.name, "pre-ignored");
+          assert.notEqual(
+            ignored.body.metadata.uid,
+            "not-it",
+            "the answer is the claim it deleted",
+          );
+          const bad = await miloApi(dev, "DELETE", `${NS}/ipclaims/pre-checked`, { body: "[]" });
+          assert.equal(bad.status, 400, "the body is still read");
+        } finally {
+          await dev.setLimits({});
+          await miloApi(dev, "DELETE", `${NS}/ipclaims/pre-checked`);
+        }
+      },
+    );
+
     await t.step("other kinds count apart; a refused LIST reads nothing", async () => {
       await dev.resetStats();
       assert.equal((await miloApi(dev, "GET", `${NS}/ipallocations`)).status, 200);

@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { validateSeed } from "../milo-dev/seed.ts";
+import { MiloClient } from "../lib/milo.ts";
 import { claimBody, miloApi, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { retainSeed } from "../testing/seeds.ts";
 
@@ -401,4 +402,38 @@ Deno.test("milo-dev retain: seed validation of leases and retention", () => {
   bad((s) => s.retention = { sweep: "1s" }, /no setting "sweep"/);
   const ok = validateSeed(retainSeed({ retentionLease: "720h" }));
   assert.deepEqual(ok.retention, { recreate: "Rebind", sweepInterval: "60s", leaseGrace: "24h" });
+});
+
+Deno.test("a release racing a re-creation of its name, against Milo's unchecked precondition: made again, its address back", async () => {
+  const dev = await startMiloDev({ seed: retainSeed({ retentionLease: "1h" }) });
+  const a = api(dev);
+  const holder = (id: string) => ({ annotations: { "milo-ipam.io/container-id": id } });
+  try {
+    await dev.setLimits({ checkedPreconditions: false });
+    const old = await bound(a, "db-0", retain(holder("old")));
+    let newer: Any;
+    const client = new MiloClient({
+      baseUrl: dev.url,
+      namespace: "default",
+      token: dev.token,
+      requestMs: 2_000,
+      deadline: Date.now() + 10_000,
+      fetch: (async (input: RequestInfo | URL, init?: RequestInit) => {
+        if (init?.method === "DELETE" && !newer) {
+          // Between the release's GET and its DELETE: the old claim goes (its
+          // sandbox's own DEL) and the next sandbox makes the name again.
+          assert.equal((await a.del("db-0")).status, 200);
+          newer = await bound(a, "db-0", retain(holder("new")));
+        }
+        return await dev.fetch(String(input), init);
+      }) as typeof fetch,
+    });
+    assert.equal(await client.releaseClaim("db-0", old.metadata.uid), "changed");
+    const now = (await miloApi<Any>(dev, "GET", `${NS}/ipclaims/db-0`)).body;
+    assert.equal(now.metadata.annotations["milo-ipam.io/container-id"], "new");
+    assert.equal(now.status.address, newer.status.address, "re-bound: the new holder's address");
+    assert.notEqual(now.metadata.uid, newer.metadata.uid, "made again");
+  } finally {
+    await dev.stop();
+  }
 });
