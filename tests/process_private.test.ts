@@ -8,8 +8,8 @@
  */
 import assert from "node:assert/strict";
 import { HEAD_MS, MAX_CONNECTIONS } from "../lib/metrics_server.ts";
-import { type FakeMilo, fakeMilo } from "../testing/fake_milo.ts";
-import { reply } from "../testing/milo_fixtures.ts";
+import { boundFor, type FakeMilo, fakeMilo } from "../testing/fake_milo.ts";
+import { fixture, reply } from "../testing/milo_fixtures.ts";
 import { installPlugin } from "../testing/plugin.ts";
 import { assertCniError, freePort, TOKEN, until } from "../testing/process.ts";
 
@@ -91,6 +91,46 @@ Deno.test({
     await install({ dir: `${p.dir}/bin2`, config: p.nodeConfig, quiet: true });
     const made = await Deno.stat(`${p.dir}/new-log-dir`);
     assert.equal(made.mode! & 0o777, 0o700, "install makes a missing log directory 0700");
+  } finally {
+    await p.cleanup();
+    await fake.close();
+  }
+});
+
+Deno.test("a create answered with another claim fails the ADD (105); that claim is never deleted, the other family's is", async () => {
+  // IPv4's create is answered with a claim of another name (someone else's); IPv6's as posted.
+  const claims = new Map<string, Record<string, unknown>>();
+  const fake = await fakeMilo((req, seen) => {
+    const body = seen.body as { metadata: { name: string }; spec: { ipFamily?: string } };
+    const name = seen.path.split("/").pop()!;
+    if (req.method === "POST") {
+      const v4 = body.spec.ipFamily === "IPv4";
+      const answer = boundFor(
+        v4 ? { ...body, metadata: { ...body.metadata, name: "someone-elses-claim" } } : body,
+        v4 ? { address: "10.40.0.9", allocatedCIDR: "10.40.0.9/32" } : {
+          allocatedCIDR: "fd20:0:0:1::/96",
+        },
+      );
+      if (!v4) claims.set(body.metadata.name, answer);
+      return reply(201, answer);
+    }
+    const c = claims.get(name);
+    if (req.method === "DELETE" && c) claims.delete(name);
+    return c ? reply(200, c) : reply(404, fixture("status-404-not-found.json"));
+  });
+  const p = await installPlugin({ miloUrl: fake.url, token: TOKEN });
+  try {
+    const r = await p.run({ command: "ADD", containerId: "answer", stdin: p.netConf() });
+    assertCniError(r, 105, /answered the create of IPv4 claim .* with another claim/);
+    assert.ok(!fake.seen.some((x) => x.path.endsWith("/someone-elses-claim")), "left alone");
+    const deleted = fake.seen.filter((x) => x.method === "DELETE").map((x) =>
+      x.path.split("/").pop()
+    );
+    assert.equal(deleted.length, 1, "the IPv6 claim this ADD made is rolled back");
+    assert.match(deleted[0]!, /-v6$/);
+    assert.equal(claims.size, 0);
+    const line = (await p.logLines()).find((l) => l.containerId === "answer");
+    assert.equal(line?.code, 105);
   } finally {
     await p.cleanup();
     await fake.close();
