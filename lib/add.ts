@@ -20,7 +20,6 @@ import { requestedAddresses } from "./requested.ts";
 
 type Requested = ReturnType<typeof requestedAddresses>;
 
-/** A lease this ADD holds: the claim's name and uid besides the address. */
 /** A family's lease: its claim, and whether this ADD made it (`fresh`) or found it its own. */
 type Held = Lease & { name: string; uid?: string; fresh: boolean };
 
