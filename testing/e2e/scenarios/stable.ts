@@ -35,6 +35,17 @@ async function stop(run: Run, p: Pod): Promise<void> {
 
 export async function stableAddresses(run: Run): Promise<void> {
   const { w } = run;
+  // Milo deletes a claim whatever a DELETE's uid precondition says: so does milo-dev here.
+  await w.milo.setLimits({ checkedPreconditions: false });
+  try {
+    await scenario(run);
+  } finally {
+    await w.milo.resetLimits();
+  }
+}
+
+async function scenario(run: Run): Promise<void> {
+  const { w } = run;
   const first = await start(run, "a1");
   const address = first.addresses![0];
   await assertLedger(run, "db-0 started", 1);
