@@ -3,8 +3,8 @@ import {
   claimBody,
   describeHolder,
   holderOf,
-  KEYS,
   leaseOf,
+  madeBy,
   mismatches,
   recordsAnother,
 } from "./claims.ts";
@@ -207,7 +207,7 @@ async function ownExisting(
     );
   }
   // Made by this ADD: a create whose answer was lost, found by its retry.
-  return [claim, claim.metadata.annotations?.[KEYS.addId] === inv.callId];
+  return [claim, madeBy(claim) === inv.callId];
 }
 
 /**

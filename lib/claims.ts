@@ -220,6 +220,11 @@ export interface Holder {
   host?: string;
 }
 
+/** The call id of the ADD that created `claim`, as the claim records it. */
+export function madeBy(claim: IPClaim): string | undefined {
+  return claim.metadata.annotations?.[KEYS.addId];
+}
+
 /** The holder recorded on a claim. */
 export function holderOf(claim: IPClaim): Holder {
   const ann = claim.metadata.annotations ?? {};

@@ -1,4 +1,4 @@
-import { type Attachment, canName, claimName, isHeldBy, KEYS, recordsAnother } from "./claims.ts";
+import { type Attachment, canName, claimName, isHeldBy, madeBy, recordsAnother } from "./claims.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import type { Holding } from "./holdings.ts";
@@ -73,9 +73,6 @@ async function undo(inv: Invocation, h: Holding) {
       : {}),
   };
 }
-
-/** The call id of the ADD that made `claim`, as it records it. */
-const madeBy = (c: IPClaim) => c.metadata.annotations?.[KEYS.addId];
 
 async function release(inv: Invocation) {
   const record = inv.holdings.read(inv.attachment);

@@ -33,10 +33,10 @@ export class CniError extends Error {
   readonly details: string;
 
   constructor(outcome: Outcome, msg: string, details = "") {
-    super(clip(redact(msg), MAX_MSG_CHARS));
+    super(clip(msg, MAX_MSG_CHARS));
     this.name = "CniError";
     this.outcome = outcome;
-    this.details = clip(redact(details), MAX_DETAILS_CHARS);
+    this.details = clip(details, MAX_DETAILS_CHARS);
   }
 
   /** The CNI error code of this failure. */
