@@ -198,6 +198,18 @@ for (const mode of MODES) {
         await added(cid, master, c, r.json!);
         return r.json!;
       };
+      /** Runs a master while milo-dev answers with `faults`; they are cleared after. */
+      const whileMiloFails = async (
+        faults: Record<string, unknown>,
+        o: Parameters<typeof run>[0],
+      ): Promise<ExecResult> => {
+        await milo.setFaults(faults);
+        try {
+          return await run(o);
+        } finally {
+          await milo.clearFaults();
+        }
+      };
       const delOk = async (cid: string) => {
         const l = live.get(cid)!;
         const r = await run({ master: l.master, command: "DEL", containerId: cid, stdin: l.conf });
@@ -408,18 +420,10 @@ for (const mode of MODES) {
           const l = live.get("gv-503")!;
           // Short deadlines for this DEL (the network config may lower the node's).
           const c = { ...l.conf, ipam: { ...ipam, timeouts: { requestMs: 300, totalMs: 1_200 } } };
-          await milo.setFaults({ errorRate: 1, errorStatuses: [503], methods: ["DELETE"] });
-          let d: ExecResult;
-          try {
-            d = await run({
-              master: "galactic-veth",
-              command: "DEL",
-              containerId: "gv-503",
-              stdin: c,
-            });
-          } finally {
-            await milo.clearFaults();
-          }
+          const d = await whileMiloFails(
+            { errorRate: 1, errorStatuses: [503], methods: ["DELETE"] },
+            { master: "galactic-veth", command: "DEL", containerId: "gv-503", stdin: c },
+          );
           assert.equal(d.code, 0, `the master swallows the IPAM DEL failure: ${d.stdout}`);
           await removed("gv-503"); // the runtime saw DEL succeed: the attachment is gone
           const warned = (await Deno.readTextFile(masterLog)).split("\n").filter(Boolean)
@@ -457,23 +461,10 @@ for (const mode of MODES) {
           const c = conf("galactic-veth", "att9", {
             ipam: { ...ipam, timeouts: { requestMs: 300, totalMs: 1_500 } },
           });
-          await milo.setFaults({
-            errorRate: 1,
-            errorStatuses: [503],
-            methods: ["POST"],
-            faultPoint: "after",
-          });
-          let r: ExecResult;
-          try {
-            r = await run({
-              master: "galactic-veth",
-              command: "ADD",
-              containerId: "gv-milo",
-              stdin: c,
-            });
-          } finally {
-            await milo.clearFaults();
-          }
+          const r = await whileMiloFails(
+            { errorRate: 1, errorStatuses: [503], methods: ["POST"], faultPoint: "after" },
+            { master: "galactic-veth", command: "ADD", containerId: "gv-milo", stdin: c },
+          );
           assert.equal(r.code, 1, r.stdout);
           assert.equal(r.json?.code, 11, `milo-ipam's error, as galactic prints it: ${r.stdout}`);
           await logged("gv-milo", ["ADD", "DEL"]);
