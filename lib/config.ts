@@ -290,11 +290,45 @@ function refuseNodeKeys(ipam: Record<string, unknown>, node: NodeConfig): void {
   }
 }
 
+/**
+ * Throws code 7 naming the first `scope.<role>.uid` of the ipam block that
+ * differs from the node config's: Milo counts the uid in a claim's address
+ * space (`CanonicalAddressSpace` and `writeUID`, `internal/scope/scope.go`),
+ * so two versions of one network's config that disagree on it are two spaces
+ * to Milo, which may give one address to two of the network's pods. The
+ * instance a network is pinned to is root's (the node config).
+ */
+function refuseScopeUid(ipam: Record<string, unknown>, node: NodeConfig): void {
+  if (!isPlainObject(ipam.scope)) return;
+  const nodeScope = isPlainObject(node.defaults.scope) ? node.defaults.scope : {};
+  for (const [role, ref] of Object.entries(ipam.scope)) {
+    if (!isPlainObject(ref) || ref.uid === undefined) continue;
+    const have = nodeScope[role];
+    if (isPlainObject(have) && have.uid === ref.uid) continue;
+    throw new CniError(
+      "config",
+      `field ipam.scope.${role}.uid: a network config may not set it, only the node config`,
+      "Milo counts the uid in the network's address space: configs of one network that " +
+        "disagree on it (a NAD edited while its pods run) are two spaces, in which Milo may " +
+        `give one address to two pods; leave it out, or set scope in the node config ${node.path}`,
+    );
+  }
+}
+
 const MERGED = ["classes", "gateways", "prefixLengths"] as const;
 
-/** The network settings: node defaults under the ipam block (key by key in MERGED objects). */
-export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): NetworkConfig {
+/**
+ * The network settings: node defaults under the ipam block (key by key in
+ * MERGED objects). `pinned`: the ipam block may not pin a scope's uid (see
+ * {@link refuseScopeUid}); a DEL, which makes no claim, reads it whatever it says.
+ */
+export function parseNetwork(
+  ipam: Record<string, unknown>,
+  node: NodeConfig,
+  pinned = true,
+): NetworkConfig {
   refuseNodeKeys(ipam, node);
+  if (pinned) refuseScopeUid(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
   for (const key of NETWORK_KEYS) {
     if (ipam[key] === undefined) continue;

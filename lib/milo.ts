@@ -18,12 +18,14 @@ import {
   type IPClaim,
   IPClaimListSchema,
   IPClaimSchema,
-  IPClassListSchema,
   MAX_BODY_BYTES,
   MAX_LIST_BYTES,
   MAX_LIST_ITEMS,
   MAX_PAGE_BYTES,
   MAX_PAGES,
+  type MiloStatus,
+  namespaceRefused,
+  nameTaken,
   PAGE_LIMIT,
   parse,
   remakeBody,
@@ -131,13 +133,25 @@ export class MiloClient {
     return `${API_PATH}/namespaces/${this.#o.namespace}/ipclaims${name ? `/${name}` : ""}`;
   }
 
-  /** POSTs a claim: the bound claim on 201, or `null` when the name exists (409 AlreadyExists). */
+  /**
+   * POSTs a claim: the bound claim on 201, or `null` when the name is taken:
+   * 409 AlreadyExists, or Milo's 500 to the later of two overlapping creates
+   * of the name ({@link nameTaken}), which is not retried. A 403 refusing the
+   * namespace is an error naming it ({@link namespaceRefused}).
+   */
   async createClaim(body: Record<string, unknown>): Promise<IPClaim | null> {
-    const a = await this.#call("POST", this.#claimsPath(), body, [201, 409]);
+    const ns = this.#o.namespace;
+    const name = String((body.metadata as { name?: unknown } | undefined)?.name ?? "");
+    const also = (status: number, st: MiloStatus | undefined) =>
+      (status === 500 && nameTaken(st, ns, name)) ||
+      (status === 403 && namespaceRefused(st, ns) !== undefined);
+    const path = this.#claimsPath();
+    const a = await this.#call("POST", path, body, [201, 409], undefined, undefined, also);
     if (a.status === 201) return parse(IPClaimSchema, a.body, "IPClaim");
     const st = statusOf(a.body);
-    if (st?.reason === "AlreadyExists") return null;
-    throw statusError(`POST ${this.#claimsPath()}`, 409, st);
+    if (a.status === 403) throw namespaceRefused(st, ns)!;
+    if (a.status === 500 || st?.reason === "AlreadyExists") return null;
+    throw statusError(`POST ${path}`, 409, st);
   }
 
   /** GETs a claim, or `null` when Milo has none of that name. */
@@ -258,12 +272,6 @@ export class MiloClient {
     throw new CniError("protocol", `Milo's IPClaimList did not end within ${MAX_PAGES} pages`);
   }
 
-  /** LISTs the names of the IPClasses visible to this project. */
-  async listClassNames(): Promise<string[]> {
-    const a = await this.#call("GET", `${API_PATH}/ipclasses`, undefined, [200]);
-    return parse(IPClassListSchema, a.body, "IPClassList").items.map((c) => c.metadata.name);
-  }
-
   #headers(hasBody: boolean): Headers {
     try {
       return new Headers({
@@ -280,7 +288,10 @@ export class MiloClient {
     }
   }
 
-  /** One request with retries; a 404 is accepted only as Milo's NotFound for `name`. */
+  /**
+   * One request with retries; a 404 is accepted only as Milo's NotFound for
+   * `name`; `also` accepts an error answer its Status singles out.
+   */
   async #call(
     method: string,
     path: string,
@@ -288,6 +299,7 @@ export class MiloClient {
     accept: number[],
     name?: string,
     read: { max: number; overflow?: () => CniError } = { max: MAX_BODY_BYTES },
+    also?: (status: number, st: MiloStatus | undefined) => boolean,
   ): Promise<Answer> {
     const o = this.#o;
     const url = o.baseUrl + path;
@@ -336,7 +348,7 @@ export class MiloClient {
         const text = await readAnswer(res, read.max, what, "Milo", read.overflow);
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
-        if (accept.includes(res.status)) {
+        if (accept.includes(res.status) || also?.(res.status, st)) {
           if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {
             throw new CniError(
               "protocol",

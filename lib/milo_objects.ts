@@ -1,11 +1,12 @@
 /**
- * Milo's wire objects as milo-ipam reads them: the IPClaim, its list, the
- * IPClass list and the Status object of every error (zod schemas checking
+ * Milo's wire objects as milo-ipam reads them: the IPClaim, its list and
+ * the Status object of every error (zod schemas checking
  * only the fields read), and what an answer turns into: a parsed object, a
  * protocol error for a malformed one, a CniError for a Status.
  */
 import * as z from "zod/mini";
 import { PREFIX } from "./claims.ts";
+import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
@@ -121,10 +122,6 @@ export const IPClaimListSchema = z.object({
   items: z.array(IPClaimSchema),
   metadata: z.optional(z.object({ continue: z.optional(z.string()) })),
 });
-/** An IPClassList. */
-export const IPClassListSchema = z.looseObject({
-  items: z.array(z.looseObject({ metadata: z.looseObject({ name: z.string() }) })),
-});
 const StatusSchema = z.looseObject({
   kind: z.literal("Status"),
   message: z.optional(quotedText),
@@ -205,6 +202,51 @@ export function statusError(
         detail,
       );
   }
+}
+
+/**
+ * True when Milo's 500 to a create of claim `name` in `namespace` is the
+ * later of two overlapping creates of the name: both passed Milo's reclaim
+ * probe, and this one's allocation insert found the name's allocation
+ * (`ErrAllocationExists`, `insertAllocationRow` in
+ * `internal/allocator/prefix.go`, through `NewInternalError`), which names
+ * the key `…/ipallocations/NAMESPACE/alloc-<16 hex of sha256(NAMESPACE/NAME)>`
+ * (`allocationNameFor`, `internal/registry/ipam/ipclaim/storage.go`). The
+ * name is taken: the caller reads it, as on a 409.
+ */
+export function nameTaken(st: MiloStatus | undefined, namespace: string, name: string): boolean {
+  const alloc = `alloc-${sha256Hex(`${namespace}/${name}`).slice(0, 16)}`;
+  const said = [st?.message ?? "", ...(st?.details?.causes ?? []).map((c) => c.message ?? "")];
+  return said.some((m) =>
+    m.includes("ipam: allocation already exists") &&
+    m.includes(`/ipallocations/${namespace}/${alloc}"`)
+  );
+}
+
+/**
+ * Milo's 403 to a create into `namespace` because it does not exist or is
+ * being deleted in the project's control plane (`RefuseNamespace`,
+ * `internal/access/namespace.go`), as an error naming it and what to do;
+ * undefined for any other answer. Only the namespace this client sent is
+ * named, never the server's text (a 403 is not quoted).
+ */
+export function namespaceRefused(
+  st: MiloStatus | undefined,
+  namespace: string,
+): CniError | undefined {
+  const m = st?.message ?? "";
+  const missing = m.includes(`namespace ${namespace} does not exist`);
+  const terminating = m.includes(`namespace ${namespace} because it is being terminated`);
+  if (!missing && !terminating) return undefined;
+  return new CniError(
+    "auth",
+    `Milo refuses claims in namespace ${namespace}: it ${
+      terminating ? "is being deleted" : "does not exist"
+    } in the token's project`,
+    `HTTP 403 Forbidden; ${
+      terminating ? "wait until it is gone and create it again, or set" : "create it, or set"
+    } milo.namespace in the node config to a live namespace of the project`,
+  );
 }
 
 /**

@@ -1,26 +1,23 @@
 import { CniError, toCniError } from "./errors.ts";
-import { familiesOf, type Handler } from "./invocation.ts";
+import type { Handler } from "./invocation.ts";
+
+/** The claim name STATUS reads: no claim milo-ipam makes has it (theirs are `pod-`, `podid-`, `slot-`). */
+export const STATUS_PROBE = "milo-ipam-status";
 
 /**
- * STATUS: one authenticated request proves Milo reachable, the token accepted
- * and every configured class present; otherwise code 50 with the reason.
+ * STATUS: one GET of {@link STATUS_PROBE} in the node's namespace. Milo's
+ * answer, 404 NotFound (or the claim, if someone made one of that name),
+ * proves it reachable and the token accepted for that namespace's claims; it
+ * reads one row by key (the generic store's Get), never a LIST, and needs no
+ * IPClass (a tenant cannot read Milo's class catalog). Anything else is code
+ * 50 with the reason.
  */
 export const status: Handler = async (inv) => {
-  let names: string[];
   try {
-    names = await inv.milo.listClassNames();
+    await inv.milo.getClaim(STATUS_PROBE);
   } catch (err) {
     const e = toCniError(err);
     throw new CniError("unavailable", `Milo is not usable: ${e.message}`, e.details);
-  }
-  const net = inv.conf.network;
-  const missing = familiesOf(net).map((f) => net.classes[f]!).filter((c) => !names.includes(c));
-  if (missing.length) {
-    throw new CniError(
-      "unavailable",
-      `IPClass ${missing.join(", ")} not found in Milo`,
-      `classes present: ${names.join(", ") || "none"}`,
-    );
   }
   return { claims: [] };
 };

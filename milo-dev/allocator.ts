@@ -7,10 +7,16 @@ import { blockSize, ceilDiv, type IPFamily, parseIP, percent4 } from "./ipmath.t
 import type { ClassSpec, PoolPlan } from "./seed.ts";
 import { badRequest, conflict } from "./status.ts";
 
-/** The part of the store the allocator reads. */
+/** The part of the store the allocator reads (`space`: an address space, reclaim.ts `scopeKey`). */
 export interface AllocationIndex {
-  allocationsFrom(project: string, pool: string, from: bigint, limit: number): bigint[];
-  isAllocated(project: string, pool: string, start: bigint): boolean;
+  allocationsFrom(
+    project: string,
+    pool: string,
+    space: string,
+    from: bigint,
+    limit: number,
+  ): bigint[];
+  isAllocated(project: string, pool: string, space: string, start: bigint): boolean;
 }
 
 /** Where a pool hands out units: `[first, limit)`, in steps of `unit` addresses. */
@@ -80,11 +86,17 @@ export function capacity(plan: PoolPlan, allocations: number): Capacity {
   };
 }
 
-/** FirstFit over the store's allocations, with a cursor per pool. */
+/**
+ * FirstFit over the store's allocations, with a cursor per pool and address
+ * space. A unit is taken once per address space: two claims of different
+ * spaces may hold one address (`inScope` and `selectBlock` in
+ * `internal/allocator/prefix.go`); reservations keep their units from every
+ * space.
+ */
 export class Allocator {
   readonly #index: AllocationIndex;
   /**
-   * Per project and pool, a unit below which every unit is allocated: the
+   * Per project, pool and address space, a unit below which every unit is allocated: the
    * unit after the last FirstFit pick, lowered when a unit below it is
    * freed. Starting the walk there gives the same answer as starting at the
    * pool's first unit (FirstFit stays exact) without re-reading every
@@ -98,13 +110,13 @@ export class Allocator {
     this.#index = index;
   }
 
-  /** The lowest free unit of a pool, or undefined when it is full. */
-  firstFree(project: string, plan: PoolPlan): bigint | undefined {
+  /** The lowest unit of a pool free in the address space `space`, or undefined when it is full. */
+  firstFree(project: string, plan: PoolPlan, space: string): bigint | undefined {
     const b = bounds(plan);
-    const hint = this.#cursor.get(`${project}\0${plan.name}`);
+    const hint = this.#cursor.get(cursorKey(project, plan.name, space));
     let cand = hint !== undefined && hint > b.first ? hint : b.first;
     while (cand + b.unit <= b.limit) {
-      const starts = this.#index.allocationsFrom(project, plan.name, cand, PAGE);
+      const starts = this.#index.allocationsFrom(project, plan.name, space, cand, PAGE);
       let gap = false;
       for (const s of starts) {
         if (s > cand) {
@@ -124,7 +136,7 @@ export class Allocator {
    * (`selectBlock` in `internal/allocator/prefix.go`, mapped by
    * `mapAllocationError` in `internal/registry/ipam/ipclaim/storage.go`): not
    * an address, 400 `ipam: invalid address`; outside the pools, 400 `ipam:
-   * address outside pool`; held (a retained allocation included), 409
+   * address outside pool`; held in the same address space (a retained allocation included), 409
    * Conflict `ipam: address already allocated` with an empty name, as Milo
    * passes it. The other 400s (family, prefix length, alignment, a reserved
    * unit) are milo-dev's own.
@@ -132,6 +144,7 @@ export class Allocator {
   pinned(
     project: string,
     plans: PoolPlan[],
+    space: string,
     claim: { className: string; cls: ClassSpec; address: string },
   ): Pick {
     const { className, cls, address } = claim;
@@ -160,7 +173,7 @@ export class Allocator {
       if (ip.value < b.first || ip.value + b.unit > b.limit) {
         throw badRequest(`spec.address "${address}" is reserved in IPPool "${plan.name}"`);
       }
-      if (this.#index.isAllocated(project, plan.name, ip.value)) {
+      if (this.#index.isAllocated(project, plan.name, space, ip.value)) {
         throw conflict("ipclaims", "", `ipam: address already allocated: ${address}`);
       }
       return { plan, start: ip.value };
@@ -168,17 +181,21 @@ export class Allocator {
     throw badRequest(`ipam: address outside pool: ${address} is outside pool "${plans[0].name}"`);
   }
 
-  /** Records a committed FirstFit pick: the next walk starts after it. */
-  picked(project: string, p: Pick): void {
-    this.#cursor.set(`${project}\0${p.plan.name}`, p.start + bounds(p.plan).unit);
+  /** Records a committed FirstFit pick: the next walk of its space starts after it. */
+  picked(project: string, space: string, p: Pick): void {
+    this.#cursor.set(cursorKey(project, p.plan.name, space), p.start + bounds(p.plan).unit);
   }
 
-  /** Records a committed release: the next walk starts no higher than the freed unit. */
-  freed(project: string, pool: string, start: bigint): void {
-    const key = `${project}\0${pool}`;
+  /** Records a committed release: the next walk of its space starts no higher than the freed unit. */
+  freed(project: string, pool: string, space: string, start: bigint): void {
+    const key = cursorKey(project, pool, space);
     const hint = this.#cursor.get(key);
     if (hint === undefined || start < hint) this.#cursor.set(key, start);
   }
+}
+
+function cursorKey(project: string, pool: string, space: string): string {
+  return `${project}\0${pool}\0${space}`;
 }
 
 function contains(plan: PoolPlan, family: IPFamily, value: bigint): boolean {

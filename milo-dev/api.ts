@@ -1,7 +1,7 @@
 /** The `ipam.miloapis.com/v1alpha1` REST surface: routing, auth, lists. */
 
 import type { Ipam } from "./ipam.ts";
-import type { AllocationCeiling } from "./limits.ts";
+import { defaultLimits, type Limits } from "./limits.ts";
 import {
   API_VERSION,
   type ApiObject,
@@ -24,7 +24,6 @@ import {
   methodNotAllowed,
   noRoute,
   notFound,
-  tooManyRequests,
   unauthorized,
 } from "./status.ts";
 
@@ -49,8 +48,6 @@ export interface Reply {
 export interface Meter {
   /** A LIST: the kind and the rows read (every object under the key prefix, before selectors). */
   list?: { kind: string; rows: number };
-  /** A claim create refused by the allocation ceiling. */
-  throttled?: true;
   /** A claim create that committed an allocation (not a dry run). */
   allocated?: true;
 }
@@ -70,7 +67,7 @@ const NAME_FIELDS = {
 };
 const CLAIM_FIELDS: FieldSet<IPClaimObject> = {
   ...NAME_FIELDS,
-  "spec.className": (o) => o.spec.className,
+  "spec.className": (o) => o.spec.className ?? "",
   "status.poolRef.name": (o) => o.status.poolRef.name,
 };
 const ALLOC_FIELDS: FieldSet<IPAllocationObject> = {
@@ -210,8 +207,19 @@ export interface ApiRequest {
   authorization: string | null;
   body: string;
   failRelease?: boolean;
-  /** The allocation ceiling claim creates pass first (none: unlimited). */
-  ceiling?: AllocationCeiling;
+  /** The limits and switches in force (default: Milo's). */
+  limits?: Limits;
+  /**
+   * When a claim create started (`performance.now()`, after APF admitted it):
+   * a create of the same name committed since then overlapped it.
+   */
+  startedAt?: number;
+}
+
+/** True for a claim create (`POST namespaces/{ns}/ipclaims`): what APF queues. */
+export function isClaimCreate(method: string, r: Route): boolean {
+  return method === "POST" && r.resource === "ipclaims" && r.namespace !== undefined &&
+    r.name === undefined;
 }
 
 /** Resolves the caller's project from the bearer token and the path. */
@@ -247,15 +255,8 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   const { resource, namespace: ns, name } = req.route;
   const q = req.url.searchParams;
   const m = req.method;
-  const paged = req.ceiling?.get().pagedLists ?? true;
-  if (resource === "ipclaims" && m === "POST" && ns !== undefined && name === undefined) {
-    // Admission comes after authentication and before anything else, as APF in the apiserver.
-    const a = req.ceiling?.admit() ?? { admitted: true };
-    if (!a.admitted) {
-      const e = tooManyRequests(a.retryAfterSeconds);
-      return { status: 429, body: e.status, headers: e.headers, meter: { throttled: true } };
-    }
-  }
+  const limits = req.limits ?? defaultLimits();
+  const paged = limits.pagedLists;
   const rv = () => ipam.resourceVersion();
   const dryRun = q.getAll("dryRun");
   if (dryRun.some((d) => d !== "All")) throw badRequest(`dryRun must be "All"`);
@@ -267,12 +268,18 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   if (resource === "ipclasses" || resource === "ippools") {
     if (m !== "GET") throw methodNotAllowed();
     const classes = resource === "ipclasses";
+    // Milo keeps the class catalog in the platform project: a tenant's own key space has none.
+    const visible = !classes || limits.tenantClasses;
     if (name !== undefined) {
-      const o = classes ? ipam.getClass(project, name) : ipam.getPool(project, name);
+      const o = !visible
+        ? undefined
+        : classes
+        ? ipam.getClass(project, name)
+        : ipam.getPool(project, name);
       if (!o) throw notFound(resource, name);
       return { status: 200, body: o };
     }
-    const items = classes ? ipam.listClasses(project) : ipam.listPools(project);
+    const items = !visible ? [] : classes ? ipam.listClasses(project) : ipam.listPools(project);
     return {
       status: 200,
       body: list(classes ? "IPClassList" : "IPPoolList", items, q, CLUSTER_FIELDS, rv(), paged),
@@ -291,7 +298,11 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
       }
       if (m === "POST" && ns !== undefined) {
         const body = parseJsonBody(req.body);
-        const claim = ipam.createClaim(project, ns, body, isDry);
+        const claim = ipam.createClaim(project, ns, body, {
+          dryRun: isDry,
+          startedAt: req.startedAt,
+          raceConflict: limits.sameNameRaceConflict,
+        });
         return { status: 201, body: claim, meter: isDry ? {} : { allocated: true } };
       }
       throw methodNotAllowed();
@@ -299,7 +310,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     if (m === "GET") return { status: 200, body: ipam.getClaim(project, ns!, name) };
     if (m === "DELETE") {
       const preconditions = parseDeleteOptions(req.body);
-      const checked = req.ceiling?.get().checkedPreconditions ?? true;
+      const checked = limits.checkedPreconditions;
       return {
         status: 200,
         body: ipam.deleteClaim(project, ns!, name, {

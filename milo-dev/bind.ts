@@ -29,16 +29,21 @@ export interface BindRequest {
   rv: number;
 }
 
-/** The claim's spec as Milo stores it: ownerRef overwritten with the project (the client's uid kept). */
+/**
+ * The claim's spec as Milo stores it: as posted (a class, family, reclaim
+ * policy or prefix length it did not name stays unset), `ownerRef`
+ * overwritten with the project, the client's uid kept
+ * (`AllocatingREST.Create`, `internal/registry/ipam/ipclaim/storage.go`).
+ */
 function claimSpec(b: BindRequest): ClaimSpec {
-  const { address, prefixLength, scope, reclaimPolicy, ownerUid } = b.req.spec;
+  const { className, ipFamily, address, prefixLength, scope, reclaimPolicy, ownerUid } = b.req.spec;
   return {
-    className: b.className,
-    ipFamily: b.cls.ipFamily,
+    ...(className ? { className } : {}),
+    ...(ipFamily === undefined ? {} : { ipFamily }),
     ...(address === undefined ? {} : { address }),
     ...(prefixLength === undefined ? {} : { prefixLength }),
     ...(scope === undefined ? {} : { scope }),
-    reclaimPolicy: reclaimPolicy ?? b.cls.reclaimPolicy ?? "Delete",
+    ...(reclaimPolicy === undefined ? {} : { reclaimPolicy }),
     ownerRef: {
       apiGroup: "resourcemanager.miloapis.com",
       kind: "Project",
@@ -46,6 +51,11 @@ function claimSpec(b: BindRequest): ClaimSpec {
       ...(ownerUid === undefined ? {} : { uid: ownerUid }),
     },
   };
+}
+
+/** The policy a release of the claim follows: the claim's, else its class's, else Delete. */
+export function effectivePolicy(b: BindRequest): "Delete" | "Retain" {
+  return b.req.spec.reclaimPolicy ?? b.cls.reclaimPolicy ?? "Delete";
 }
 
 /** The Bound claim row at `at` with a unit of `prefix` (the class's, or a retained one's). */
@@ -89,7 +99,7 @@ export function allocationRow(claim: ClaimRow, b: BindRequest, at: Placement, sc
     claim_uid: claim.uid,
     labels: claim.labels,
     phase: "Allocated",
-    reclaim_policy: (JSON.parse(claim.spec) as ClaimSpec).reclaimPolicy,
+    reclaim_policy: effectivePolicy(b),
     scope_key: scopeKey,
     retained_at: null,
     expiring_at: null,

@@ -25,6 +25,7 @@ import {
 } from "./objects.ts";
 import { allocationNameFor, refuseReclaim, Retained, scopeKey } from "./reclaim.ts";
 import {
+  checkAgainstClass,
   type ClaimRequest,
   parseClaimRequest,
   type Preconditions,
@@ -34,11 +35,13 @@ import {
 import { effectiveLease } from "./retention.ts";
 import { type ClassSpec, planPool, type PoolPlan, type Seed } from "./seed.ts";
 import {
+  allocationExists,
   alreadyExists,
   badRequest,
   conflict,
   exhausted,
   forbidden,
+  namespaceRefused,
   notFound,
   releaseFailed,
 } from "./status.ts";
@@ -48,7 +51,25 @@ interface Project {
   name: string;
   classes: Map<string, ClassSpec>;
   pools: PoolPlan[];
+  /** Namespace name to whether it is being deleted. */
+  namespaces: Map<string, boolean>;
 }
+
+/** What a create asks besides its body. */
+export interface CreateOptions {
+  dryRun?: boolean;
+  /**
+   * When the request started (`performance.now()`): a create of the same
+   * name that committed a new allocation after it overlapped it, and this
+   * one fails as Milo's loser does (500).
+   */
+  startedAt?: number;
+  /** The overlapping loser answers 409 instead (admin `/limits` `sameNameRaceConflict`). */
+  raceConflict?: boolean;
+}
+
+/** How long the commit time of a create is kept for {@link CreateOptions.startedAt} (ms). */
+const OVERLAP_MEMORY_MS = 60_000;
 
 /** What a DELETE asks besides the name. */
 export interface DeleteOptions {
@@ -64,6 +85,8 @@ export class Ipam {
   readonly #allocator: Allocator;
   #projects = new Map<string, Project>();
   #tokens = new Map<string, string>();
+  /** When each recent create of a new allocation committed, by project, namespace and name. */
+  #commits = new Map<string, number>();
   /** Retained allocations: settings, release, the lease sweep (admin `/retention`). */
   readonly retained: Retained;
 
@@ -97,7 +120,8 @@ export class Ipam {
       for (const p of seed.projects) {
         const classes = new Map(p.ipClasses.map((c) => [c.metadata.name, c.spec]));
         const pools = p.ipPools.map((o) => planPool(o.metadata.name, o.spec, classes));
-        this.#projects.set(p.name, { name: p.name, classes, pools });
+        const namespaces = new Map(p.namespaces.map((n) => [n.name, n.terminating]));
+        this.#projects.set(p.name, { name: p.name, classes, pools, namespaces });
         for (const t of p.tokens) this.#tokens.set(t, p.name);
         for (const [table, objects] of [["classes", p.ipClasses], ["pools", p.ipPools]] as const) {
           objects.forEach((o, ord) => {
@@ -185,57 +209,98 @@ export class Ipam {
   }
 
   /**
-   * Creates and binds a claim in one transaction (rolled back on dry run). A
+   * Creates and binds a claim in one transaction (rolled back on dry run), in
+   * the order of Milo's `AllocatingREST.Create`
+   * (`internal/registry/ipam/ipclaim/storage.go`): validation (422), the
+   * class (400, 403), the namespace (403, `RefuseNamespace`), the claim
+   * against its class (400), then, unless a dry run, the reclaim probe: a
    * retained allocation under the claim's name is re-bound, or refused
-   * (reclaim.ts); a pinned `spec.address` is not looked at then, as Milo's
-   * reclaim comes before allocation (`internal/registry/ipam/ipclaim/storage.go`).
+   * (reclaim.ts), and a pinned `spec.address` is not looked at then. A dry
+   * run skips the probe and allocates under the claim's allocation name, so
+   * a name Milo holds fails its insert (500), as does the later of two
+   * overlapping creates of one name (see {@link CreateOptions.startedAt}).
    */
-  createClaim(project: string, ns: string, body: unknown, dryRun = false): IPClaimObject {
+  createClaim(
+    project: string,
+    ns: string,
+    body: unknown,
+    opts: CreateOptions = {},
+  ): IPClaimObject {
     const p = this.#project(project);
     const req = parseClaimRequest(ns, body);
     const [className, cls] = resolveClass(p.name, p.classes, req.spec);
+    const terminating = p.namespaces.get(ns);
+    if (terminating !== false) throw namespaceRefused(ns, terminating === true);
+    checkAgainstClass(className, cls, req.spec);
     const plans = p.pools.filter((x) => x.spec.classNames.includes(className));
     if (plans.length === 0) throw badRequest(`IPClass "${className}" is not served by any IPPool`);
     const allocName = allocationNameFor(ns, req.name);
-    const scope = scopeKey(cls, req.spec.scope);
+    const space = scopeKey(project, cls, req.spec.scope);
+    const dryRun = opts.dryRun ?? false;
+    const key = `${project}\0${ns}\0${req.name}`;
     let picked: Pick | undefined;
     const row = this.#store.tx(() => {
       const b: BindRequest = { project, ns, req, className, cls, allocName, rv: 0 };
-      const retained = this.#store.getAllocation(project, ns, allocName);
+      const held = this.#store.getAllocation(project, ns, allocName);
+      const taken = () => allocationExists(project, ns, allocName, plans[0].name);
+      if (dryRun && held) throw taken();
+      const live = dryRun ? undefined : this.#store.getClaim(project, ns, req.name);
+      const committed = this.#commits.get(key);
+      if (
+        live && !opts.raceConflict && opts.startedAt !== undefined && committed !== undefined &&
+        committed > opts.startedAt
+      ) throw taken();
       const mode = this.retained.settings().recreate;
       // Milo probes for a retained allocation before anything else (storage.go,
       // phase 1a): a live claim's name finds its bound allocation there and is
       // refused as "already bound" (Conflict); the earlier storage's unique
       // claim key answers AlreadyExists.
-      const live = this.#store.getClaim(project, ns, req.name);
-      if (live && (mode === "Conflict" || !retained)) throw alreadyExists("ipclaims", req.name);
-      if (retained) {
-        const c = { name: req.name, className, cls, scopeKey: scope };
-        refuseReclaim(mode, retained, c);
-        return this.#rebind({ ...b, rv: this.#store.nextRV() }, retained);
+      if (live && (mode === "Conflict" || !held)) throw alreadyExists("ipclaims", req.name);
+      if (held && !dryRun) {
+        const c = { name: req.name, className, cls, scopeKey: space };
+        refuseReclaim(mode, held, c);
+        return this.#rebind({ ...b, rv: this.#store.nextRV() }, held);
       }
-      picked = this.#pick(project, plans, className, cls, req);
+      picked = this.#pick(project, plans, className, cls, req, space);
       const at = { pool: picked.plan.name, start: picked.start };
-      return this.#bind({ ...b, rv: this.#store.nextRV() }, at, scope);
+      return this.#bind({ ...b, rv: this.#store.nextRV() }, at, space);
     }, dryRun);
-    if (!dryRun && picked && !req.spec.address) this.#allocator.picked(project, picked);
+    if (!dryRun && picked) {
+      if (!req.spec.address) this.#allocator.picked(project, space, picked);
+      this.#committed(key);
+    }
     return claimObject(row);
   }
 
-  /** A pinned address, or the first free unit over the class's pools in seed order; 507 when none. */
+  /** Records that a create of `key` committed a new allocation now. */
+  #committed(key: string): void {
+    const now = performance.now();
+    if (this.#commits.size > 4_096) {
+      for (const [k, at] of this.#commits) {
+        if (at < now - OVERLAP_MEMORY_MS) this.#commits.delete(k);
+      }
+    }
+    this.#commits.set(key, now);
+  }
+
+  /**
+   * A pinned address, or the first unit free in the address space `space`
+   * over the class's pools in seed order; 507 when none.
+   */
   #pick(
     project: string,
     plans: PoolPlan[],
     className: string,
     cls: ClassSpec,
     req: ClaimRequest,
+    space: string,
   ): Pick {
     const address = req.spec.address;
     if (address) {
-      return this.#allocator.pinned(project, plans, { className, cls, address });
+      return this.#allocator.pinned(project, plans, space, { className, cls, address });
     }
     for (const plan of plans) {
-      const start = this.#allocator.firstFree(project, plan);
+      const start = this.#allocator.firstFree(project, plan, space);
       if (start !== undefined) return { plan, start };
     }
     const last = plans[plans.length - 1];
@@ -290,7 +355,7 @@ export class Ipam {
       });
       throw releaseFailed(name);
     }
-    let freed: { pool: string; start: string } | undefined;
+    let freed: AllocationRow | undefined;
     const out = this.#store.tx(() => {
       const r = this.#claimToDelete(project, ns, name, opts.preconditions);
       const rv = this.#store.nextRV();
@@ -313,7 +378,7 @@ export class Ipam {
       return claimObject(r, "Releasing", rv);
     }, opts.dryRun);
     if (freed && !opts.dryRun) {
-      this.#allocator.freed(project, freed.pool, fromIpKey(freed.start));
+      this.#allocator.freed(project, freed.pool, freed.scope_key, fromIpKey(freed.start));
     }
     return out;
   }

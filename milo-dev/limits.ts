@@ -1,17 +1,14 @@
 /**
- * The real server's allocation ceiling: claim creates beyond N per second
- * are answered 429 (`TooManyRequests`, `Retry-After`) before they are handled.
+ * Run-time limits and behaviour switches (admin `/limits`), and the
+ * allocation ceiling: the throughput of claim creates, a sliding one-second
+ * window over the admission times.
  *
  * Milo's allocator runs on a pgx pool capped at 10 connections, which its
  * `cmd/ipam/serve.go` puts at a soft ceiling of ~370 synchronous allocations
- * per second per API server: beyond it creates queue and slow down, and with
- * API Priority and Fairness on, an overloaded Milo answers 429. milo-dev
- * makes that ceiling a hard one, without the queue.
- *
- * The window is a sliding one second (a log of the admission times, not a
- * token bucket): no one-second span ever admits more than N creates, and the
- * N+1st within the same second is refused whatever the spacing of the first
- * N, which keeps the behaviour exact and testable.
+ * per second per API server (~37 per connection). A create beyond it waits:
+ * in API Priority and Fairness' queue in front of the server (apf.ts), which
+ * admits it once the window has room. The window is a log of admission
+ * times, not a token bucket: no one-second span ever admits more than N.
  */
 
 /** Milo's soft ceiling per API server (`cmd/ipam/serve.go`: MaxConns 10 × ~37/s). */
@@ -20,43 +17,97 @@ export const DEFAULT_ALLOCATIONS_PER_SECOND = 370;
 /** The largest ceiling accepted (0 is unlimited). */
 export const MAX_ALLOCATIONS_PER_SECOND = 1_000_000;
 
+/**
+ * Most creates of one flow (one token) APF queues: Kubernetes' default
+ * priority levels queue by shuffle sharding, a hand of 6 queues of at most 50
+ * requests each (`handSize: 6`, `queueLengthLimit: 50` of `global-default` and
+ * `workload-low`).
+ */
+export const DEFAULT_QUEUE_LENGTH = 300;
+
+/**
+ * How long a create may wait in APF's queue: a quarter of the apiserver's
+ * 60 s `--request-timeout` (the `requestWaitLimit` k8s.io/apiserver gives APF).
+ */
+export const DEFAULT_QUEUE_WAIT_MS = 15_000;
+
 const WINDOW_MS = 1_000;
 
-/** Run-time limits, served at admin `/limits`. */
+/**
+ * Run-time limits, served at admin `/limits`. The boolean switches are off
+ * by default, as Milo behaves; a test that needs milo-dev's kinder behaviour
+ * turns one on and says why.
+ */
 export interface Limits {
   /** Claim creates (POST `namespaces/{ns}/ipclaims`) admitted per sliding second; 0: unlimited. */
   allocationsPerSecond: number;
+  /** Creates APF holds while the ceiling has no room; 0: every create past it is refused. */
+  queueLength: number;
+  /** How long a queued create waits before it is refused (ms). */
+  queueWaitMs: number;
   /**
-   * LISTs honour `limit` and `continue` (Kubernetes' paging); false answers
-   * every matching item at once, as Milo's Postgres store does (`GetList`,
-   * `internal/storage/postgres/store.go`, reads neither). Absent: true.
+   * LISTs honour `limit` and `continue` (Kubernetes' paging). Off, as Milo:
+   * its Postgres store (`GetList`, `internal/storage/postgres/store.go`)
+   * reads neither and answers every matching item at once.
    */
-  pagedLists?: boolean;
+  pagedLists: boolean;
   /**
-   * A claim DELETE checks its DeleteOptions `preconditions` (Kubernetes'
-   * stores do); false deletes the claim of that name whatever they say, as
-   * Milo's `AllocatingREST.Delete` does (`internal/registry/ipam/ipclaim/
-   * storage.go` reads the claim by name and never looks at them). Absent: true.
+   * A claim DELETE checks its DeleteOptions `preconditions` (409, as
+   * Kubernetes' stores do). Off, as Milo: `AllocatingREST.Delete`
+   * (`internal/registry/ipam/ipclaim/storage.go`) reads the claim by name
+   * and never looks at them.
    */
-  checkedPreconditions?: boolean;
+  checkedPreconditions: boolean;
+  /**
+   * A tenant's GET and LIST of `ipclasses` answer its project's seeded
+   * classes. Off, as Milo: the catalog lives in the platform project
+   * (`ipclass/storage.go` `validateClassAuthorship`), and a tenant's read
+   * goes through its own key space, which holds none.
+   */
+  tenantClasses: boolean;
+  /**
+   * Two overlapping creates of one name: the later answers 409 as if it came
+   * after. Off, as Milo: both pass the reclaim probe and the loser's
+   * allocation insert fails, 500 (`ipclaim/storage.go` Create; inferred from
+   * the order of its phases).
+   */
+  sameNameRaceConflict: boolean;
 }
 
-/** The limits milo-dev starts with unless told otherwise. */
+/** The boolean switches of {@link Limits}. */
+const SWITCHES = [
+  "pagedLists",
+  "checkedPreconditions",
+  "tenantClasses",
+  "sameNameRaceConflict",
+] as const;
+
+/** The limits milo-dev starts with unless told otherwise: Milo's. */
 export function defaultLimits(): Limits {
-  return { allocationsPerSecond: DEFAULT_ALLOCATIONS_PER_SECOND };
+  return {
+    allocationsPerSecond: DEFAULT_ALLOCATIONS_PER_SECOND,
+    queueLength: DEFAULT_QUEUE_LENGTH,
+    queueWaitMs: DEFAULT_QUEUE_WAIT_MS,
+    pagedLists: false,
+    checkedPreconditions: false,
+    tenantClasses: false,
+    sameNameRaceConflict: false,
+  };
 }
 
 /** Thrown for a limits document that does not validate. */
 export class LimitsError extends Error {}
 
-/** Checks an `allocationsPerSecond` value (a CLI flag or a JSON field). */
-export function checkAllocationsPerSecond(v: unknown): number {
-  if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > MAX_ALLOCATIONS_PER_SECOND) {
-    throw new LimitsError(
-      `allocationsPerSecond must be an integer in 0..${MAX_ALLOCATIONS_PER_SECOND} (0: unlimited)`,
-    );
+function integer(v: unknown, key: string, max: number, unit = ""): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > max) {
+    throw new LimitsError(`${key} must be an integer in 0..${max}${unit}`);
   }
   return v;
+}
+
+/** Checks an `allocationsPerSecond` value (a CLI flag or a JSON field). */
+export function checkAllocationsPerSecond(v: unknown): number {
+  return integer(v, "allocationsPerSecond", MAX_ALLOCATIONS_PER_SECOND, " (0: unlimited)");
 }
 
 /** Merges a JSON patch into `base`, validating every field. */
@@ -67,16 +118,18 @@ export function mergeLimits(base: Limits, patch: unknown): Limits {
   const out: Limits = { ...base };
   for (const [k, v] of Object.entries(patch)) {
     if (k === "allocationsPerSecond") out.allocationsPerSecond = checkAllocationsPerSecond(v);
-    else if (k === "pagedLists" || k === "checkedPreconditions") {
+    else if (k === "queueLength") out.queueLength = integer(v, k, 100_000);
+    else if (k === "queueWaitMs") out.queueWaitMs = integer(v, k, 600_000, " (ms)");
+    else if ((SWITCHES as readonly string[]).includes(k)) {
       if (typeof v !== "boolean") throw new LimitsError(`${k} must be true or false`);
-      out[k] = v;
+      out[k as typeof SWITCHES[number]] = v;
     } else throw new LimitsError(`unknown limit "${k}"`);
   }
   return out;
 }
 
-/** What {@link AllocationCeiling.admit} decided. */
-export type Admission = { admitted: true } | { admitted: false; retryAfterSeconds: number };
+/** What {@link AllocationCeiling.admit} decided: admitted, or when the window has room (ms). */
+export type Admission = { admitted: true } | { admitted: false; waitMs: number };
 
 /** The allocation ceiling: a sliding one-second window over the admitted creates. */
 export class AllocationCeiling {
@@ -104,7 +157,7 @@ export class AllocationCeiling {
     this.#limits = { ...l };
   }
 
-  /** Admits one create now, or answers how long to wait (whole seconds, ≥ 1). */
+  /** Admits one create now, or answers how long until the window has room (ms, > 0). */
   admit(): Admission {
     const now = this.#now();
     this.#expire(now);
@@ -113,7 +166,7 @@ export class AllocationCeiling {
     if (n > 0 && inWindow >= n) {
       // The window has room again when the admission n places back leaves it.
       const frees = this.#times[this.#times.length - n] + WINDOW_MS;
-      return { admitted: false, retryAfterSeconds: Math.max(1, Math.ceil((frees - now) / 1_000)) };
+      return { admitted: false, waitMs: Math.max(1, frees - now) };
     }
     this.#times.push(now);
     return { admitted: true };

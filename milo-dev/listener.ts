@@ -7,7 +7,17 @@
 import http from "node:http";
 import https from "node:https";
 import type { Socket } from "node:net";
-import { authenticate, handleApi, type Meter, notARoute, parseRoute, type Reply } from "./api.ts";
+import {
+  authenticate,
+  handleApi,
+  isClaimCreate,
+  type Meter,
+  notARoute,
+  parseRoute,
+  type Reply,
+  type Route,
+} from "./api.ts";
+import type { ApfQueue } from "./apf.ts";
 import type { Decision, Faults, FaultState } from "./faults.ts";
 import type { Ipam } from "./ipam.ts";
 import type { AllocationCeiling } from "./limits.ts";
@@ -26,8 +36,10 @@ export interface ListenerOptions {
   tls?: { cert: string; key: string };
   ipam: Ipam;
   faults: FaultState;
-  /** The allocation ceiling claim creates pass. */
+  /** The allocation ceiling: its limits and switches. */
   ceiling: AllocationCeiling;
+  /** API Priority and Fairness in front of the ceiling: claim creates wait or are refused here. */
+  queue: ApfQueue;
   /** The counters in force (a reset replaces them). */
   stats: () => Stats;
   log: (line: string) => void;
@@ -96,6 +108,10 @@ export class ApiListener {
 
   async #onRequest(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const t0 = performance.now();
+    const gone = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) gone.abort();
+    });
     const body = await readBody(req, res);
     if (body === undefined) return;
     const url = new URL(req.url ?? "/", "http://milo-dev");
@@ -120,7 +136,7 @@ export class ApiListener {
       } else if ((p === "/healthz" || p === "/readyz") && req.method === "GET") {
         res.writeHead(200, { "content-type": "text/plain" });
         res.end("ok");
-      } else await this.#onApi(req, res, url, body, t0);
+      } else await this.#onApi(req, res, url, body, t0, gone.signal);
     } catch (err) {
       log(`milo-dev: ${err instanceof Error ? err.stack : err}`);
       if (!res.headersSent) {
@@ -137,6 +153,7 @@ export class ApiListener {
     url: URL,
     body: string,
     t0: number,
+    gone: AbortSignal,
   ): Promise<void> {
     const method = req.method ?? "GET";
     const route = parseRoute(url.pathname);
@@ -145,6 +162,20 @@ export class ApiListener {
     stats.total++;
     bump(stats.byMethod, method);
     bump(stats.byKind, kind);
+    const authorization = req.headers.authorization ?? null;
+    let startedAt = t0;
+    if (route && isClaimCreate(method, route)) {
+      const entered = await this.#enter(route, method, url, authorization, body, gone);
+      if (entered === "gone") return;
+      if (typeof entered === "number") {
+        bump(stats.byStatus, "429");
+        sendText(res, 429, "Too many requests, please try again later.\n", {
+          "retry-after": String(entered),
+        });
+        return;
+      }
+      startedAt = Math.max(t0, entered.at);
+    }
     const d = this.#o.faults.decide(method, kind);
     const f = this.#o.faults.get();
     let delayed = 0;
@@ -160,7 +191,6 @@ export class ApiListener {
       return `milo;dur=${ms.toFixed(3)}` + (delayed ? `, fault;dur=${delayed.toFixed(3)}` : "");
     };
     if (f.faultPoint === "before" && this.#fault(res, d, f, timing)) return;
-    const authorization = req.headers.authorization ?? null;
     let reply: Reply;
     try {
       if (route) {
@@ -171,7 +201,8 @@ export class ApiListener {
           authorization,
           body,
           failRelease: d.failRelease,
-          ceiling: this.#o.ceiling,
+          limits: this.#o.ceiling.get(),
+          startedAt,
         });
         if (d.failRelease) stats.faults.releaseFail++;
         if (reply.meter) count(stats, reply.meter);
@@ -188,6 +219,35 @@ export class ApiListener {
     send(res, reply, timing());
   }
 
+  /**
+   * A claim create through APF: its queue's answer once authentication passed
+   * (401 and 403 come first, from the handler): when it may start (`at`), the
+   * `Retry-After` of a rejection, or `gone`.
+   */
+  async #enter(
+    route: Route,
+    method: string,
+    url: URL,
+    authorization: string | null,
+    body: string,
+    gone: AbortSignal,
+  ): Promise<{ at: number } | number | "gone"> {
+    try {
+      authenticate(this.#o.ipam, { method, url, route, authorization, body });
+    } catch {
+      return { at: performance.now() };
+    }
+    const e = await this.#o.queue.enter(authorization ?? "", gone);
+    if (e === "gone") return "gone";
+    const stats = this.#o.stats();
+    if (!e.admitted) {
+      stats.throttled++;
+      return e.retryAfterSeconds;
+    }
+    if (e.waitedMs > 0) stats.queued++;
+    return { at: performance.now() };
+  }
+
   /** Applies a drawn fault to the answer; false when there is none. */
   #fault(res: http.ServerResponse, d: Decision, f: Faults, timing: () => string): boolean {
     if (d.action === "none") return false;
@@ -195,7 +255,13 @@ export class ApiListener {
     stats.faults[d.action]++;
     if (d.action === "reset") res.socket?.destroy();
     else if (d.action === "hang") this.#hang(res, f.hangMs);
-    else {
+    else if (d.status === 429) {
+      bump(stats.byStatus, "429");
+      sendText(res, 429, "Too many requests, please try again later.\n", {
+        "retry-after": String(f.retryAfterSeconds),
+        "server-timing": timing(),
+      });
+    } else {
       const e = injected(d.status, f.retryAfterSeconds);
       bump(stats.byStatus, String(d.status));
       send(res, { status: e.status.code, body: e.status, headers: e.headers }, timing());
@@ -266,7 +332,6 @@ function count(stats: Stats, m: Meter): void {
     k.lists++;
     k.rowsScanned += m.list.rows;
   }
-  if (m.throttled) stats.throttled++;
   if (m.allocated) stats.allocations++;
 }
 
@@ -279,6 +344,21 @@ function send(res: http.ServerResponse, reply: Reply, timing: string): void {
     ...reply.headers,
   });
   res.end(body);
+}
+
+/** A plain-text answer, as Go's `http.Error` writes one (the apiserver's APF rejection). */
+function sendText(
+  res: http.ServerResponse,
+  status: number,
+  text: string,
+  headers: Record<string, string>,
+): void {
+  res.writeHead(status, {
+    "content-type": "text/plain; charset=utf-8",
+    "x-content-type-options": "nosniff",
+    ...headers,
+  });
+  res.end(text);
 }
 
 function timingSince(t0: number): string {

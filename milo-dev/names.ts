@@ -41,3 +41,13 @@ export function labelValueError(value: string): string | undefined {
   }
   return undefined;
 }
+
+const DNS1123_LABEL = new RegExp(`^${LABEL}$`);
+
+/** Why `name` is not a DNS-1123 label (namespace names); undefined when it is. */
+export function labelError(name: string): string | undefined {
+  if (name.length > 63) return "must be no more than 63 characters";
+  return DNS1123_LABEL.test(name)
+    ? undefined
+    : "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'";
+}

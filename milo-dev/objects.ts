@@ -33,14 +33,14 @@ export interface OwnerReference {
 /** A scope role's reference, stored as the client sent it. */
 export type ScopeRef = { name: string } & Record<string, unknown>;
 
-/** IPClaim `spec` as stored and answered. */
+/** IPClaim `spec` as stored and answered: as posted, but for `ownerRef`. */
 export interface ClaimSpec {
-  className: string;
-  ipFamily: IPFamily;
+  className?: string;
+  ipFamily?: IPFamily;
   address?: string;
   prefixLength?: number;
   scope?: Record<string, ScopeRef>;
-  reclaimPolicy: "Delete" | "Retain";
+  reclaimPolicy?: "Delete" | "Retain";
   ownerRef: { apiGroup: string; kind: string; name: string; uid?: string };
 }
 

@@ -109,7 +109,7 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
         lease.addresses.push({
           cidr: o.status.allocatedCIDR,
           address: o.status.address ?? "",
-          family: o.spec.ipFamily,
+          family: o.status.allocatedCIDR.includes(":") ? "IPv6" : "IPv4",
           pool: o.status.poolRef.name,
           claim: o.metadata.name,
         });

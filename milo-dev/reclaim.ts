@@ -30,15 +30,22 @@ export function allocationNameFor(ns: string, name: string): string {
 
 /**
  * The address space of a claim: its scope projected onto the class's
- * required roles, each as role, apiGroup, kind and name (uid left out), as
- * `CanonicalAddressSpace` in `internal/scope` (milo-dev's classes name their
- * `uniqueWithin` roles `requiredScopeRoles`). Compared, never parsed.
+ * `uniqueWithin` roles (milo-dev's `requiredScopeRoles`), each ref as role,
+ * the project that qualifies it, apiGroup, kind, name and uid (an unset uid
+ * is its own value, distinct from every set one), as `CanonicalAddressSpace`
+ * and `writeUID` in `internal/scope/scope.go` build it. No roles: one space
+ * every claim of the pool shares. Compared, never parsed.
  */
-export function scopeKey(cls: ClassSpec, scope: Record<string, ScopeRef> = {}): string {
+export function scopeKey(
+  project: string,
+  cls: ClassSpec,
+  scope: Record<string, ScopeRef> = {},
+): string {
   const roles = [...new Set(cls.requiredScopeRoles ?? [])].sort();
+  const text = (v: unknown) => typeof v === "string" ? v : "";
   return JSON.stringify(roles.map((role) => {
     const ref = scope[role] ?? { name: "" };
-    return [role, ref.apiGroup ?? "", ref.kind ?? "", ref.name];
+    return [role, project, text(ref.apiGroup), text(ref.kind), ref.name, text(ref.uid)];
   }));
 }
 
@@ -200,7 +207,7 @@ export class Retained {
       this.#store.touchPool(project, r.pool, this.#store.nextRV());
       return r;
     }, dryRun);
-    if (!dryRun) this.#allocator.freed(project, r.pool, fromIpKey(r.start));
+    if (!dryRun) this.#allocator.freed(project, r.pool, r.scope_key, fromIpKey(r.start));
     return allocationObject(r);
   }
 
@@ -209,7 +216,9 @@ export class Retained {
     const grace = parseDuration(this.#settings.leaseGrace) ?? 0;
     const freed: AllocationRow[] = [];
     const res = this.#store.tx(() => sweepPass(this.#store, this.#leaseOf, grace, now, freed));
-    for (const r of freed) this.#allocator.freed(r.project, r.pool, fromIpKey(r.start));
+    for (const r of freed) {
+      this.#allocator.freed(r.project, r.pool, r.scope_key, fromIpKey(r.start));
+    }
     return res;
   }
 }

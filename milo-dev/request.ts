@@ -151,11 +151,22 @@ function specCauses(spec: unknown): FieldCause[] {
       detail: 'supported values: "IPv4", "IPv6"',
     });
   }
-  if (spec.prefixLength !== undefined && !Number.isInteger(spec.prefixLength)) {
+  if (spec.prefixLength !== undefined) {
+    const max = spec.ipFamily === "IPv4" ? 32 : 128;
+    const n = spec.prefixLength;
+    if (typeof n !== "number" || !Number.isInteger(n) || n <= 0 || n > max) {
+      causes.push({
+        field: "spec.prefixLength",
+        value: String(n),
+        detail: `must be in [1, ${max}]`,
+      });
+    }
+  }
+  if (!spec.className && !spec.ipFamily) {
     causes.push({
-      field: "spec.prefixLength",
-      value: String(spec.prefixLength),
-      detail: "must be an integer",
+      field: "spec.className",
+      type: "Required",
+      detail: "one of spec.className or spec.ipFamily is required",
     });
   }
   if (spec.scope === undefined) return causes;
@@ -163,17 +174,31 @@ function specCauses(spec: unknown): FieldCause[] {
     causes.push({ field: "spec.scope", value: String(spec.scope), detail: "must be a map" });
     return causes;
   }
-  for (const [role, ref] of Object.entries(spec.scope)) {
-    if (!isObj(ref) || typeof ref.name !== "string" || ref.name === "") {
-      causes.push({ field: `spec.scope.${role}.name`, type: "Required" });
-    }
-  }
+  const why = scopeError(spec.scope);
+  if (why) causes.push({ field: "spec.scope", value: JSON.stringify(spec.scope), detail: why });
   return causes;
 }
 
 /**
+ * The first structural problem of a scope, in Milo's words (`Validate` in
+ * `internal/scope/scope.go`, roles in sorted order): an empty role name, a
+ * ref without `kind`, a ref without `name`.
+ */
+function scopeError(scope: Json): string | undefined {
+  for (const role of Object.keys(scope).sort()) {
+    const ref = isObj(scope[role]) ? scope[role] as Json : {};
+    if (role === "") return "scope has an entry with an empty role name";
+    if (typeof ref.kind !== "string" || ref.kind === "") return `scope role "${role}" has no kind`;
+    if (typeof ref.name !== "string" || ref.name === "") return `scope role "${role}" has no name`;
+  }
+  return undefined;
+}
+
+/**
  * The class a create asks for (its family's default when `className` is
- * empty), checked against the claim: 400 or 403 when it does not fit.
+ * empty): 400 when there is none, 403 when the project may not use it
+ * (`ResolveClass` and `AuthorizeClassConsumption`, the first steps of
+ * `AllocatingREST.Create`).
  */
 export function resolveClass(
   project: string,
@@ -199,22 +224,39 @@ export function resolveClass(
   if (cls.consumers && !cls.consumers.includes(project)) {
     throw forbidden("ipclasses", className, "caller may not claim addresses of this class");
   }
+  return [className, cls];
+}
+
+/**
+ * Checks a claim against its class, in Milo's words (`checkAgainstClass` in
+ * `internal/registry/ipam/ipclaim/storage.go`): the family, the prefix length
+ * (milo-dev's class allows one), and every `uniqueWithin` role (milo-dev's
+ * `requiredScopeRoles`) present with a name (`ProjectFor`, `internal/scope`).
+ */
+export function checkAgainstClass(className: string, cls: ClassSpec, spec: RequestedSpec): void {
   if (spec.ipFamily !== undefined && spec.ipFamily !== cls.ipFamily) {
     throw badRequest(
-      `spec.ipFamily "${spec.ipFamily}" does not match IPClass "${className}" (${cls.ipFamily})`,
+      `spec.ipFamily is ${spec.ipFamily} but class "${className}" hands out ${cls.ipFamily}`,
     );
   }
-  if (spec.prefixLength !== undefined && spec.prefixLength !== cls.prefixLength) {
+  const p = cls.prefixLength;
+  if (spec.prefixLength !== undefined && spec.prefixLength !== p) {
     throw badRequest(
-      `prefix length /${spec.prefixLength} is not allowed by IPClass "${className}" (allowed: /${cls.prefixLength})`,
+      `prefixLength ${spec.prefixLength} is outside class "${className}" allowedPrefixLengths [${p}, ${p}]`,
     );
   }
-  for (const role of cls.requiredScopeRoles ?? []) {
-    if (!isObj(spec.scope) || !isObj(spec.scope[role])) {
-      throw badRequest(`IPClass "${className}" requires scope role "${role}"`);
-    }
+  const missing = [...new Set(cls.requiredScopeRoles ?? [])].filter((role) => {
+    const ref = isObj(spec.scope) ? spec.scope[role] : undefined;
+    return !isObj(ref) || typeof ref.name !== "string" || ref.name === "";
+  });
+  if (missing.length) {
+    const roles = missing.map((r) => JSON.stringify(r)).join(", ");
+    throw badRequest(
+      `scope is missing ${
+        missing.length === 1 ? "role" : "roles"
+      } ${roles} required by uniqueWithin (class "${className}")`,
+    );
   }
-  return [className, cls];
 }
 
 /** `preconditions` of a Kubernetes DeleteOptions body. */

@@ -1,7 +1,7 @@
 /** Seed file: tenants, their bearer tokens, IPClasses and IPPools. */
 
 import { blockSize, type CIDR, type IPFamily, parseCIDR } from "./ipmath.ts";
-import { subdomainError } from "./names.ts";
+import { labelError, subdomainError } from "./names.ts";
 import {
   defaultRetention,
   leaseError,
@@ -42,10 +42,18 @@ export interface Seeded<S> {
   spec: S;
 }
 
+/** A namespace of a project's control plane, and whether it is being deleted. */
+export interface SeedNamespace {
+  name: string;
+  terminating: boolean;
+}
+
 /** One tenant project. */
 export interface SeedProject {
   name: string;
   tokens: string[];
+  /** The namespaces claims may be made in (Milo refuses others, 403); default `default`. */
+  namespaces: SeedNamespace[];
   ipClasses: Seeded<ClassSpec>[];
   ipPools: Seeded<PoolSpec>[];
 }
@@ -160,7 +168,8 @@ export function validateSeed(doc: unknown): Seed {
         }
       }
     }
-    return { name, tokens: toks, ipClasses: classes, ipPools: pools };
+    const namespaces = namespacesOf(p.namespaces, `project ${name}.namespaces`);
+    return { name, tokens: toks, namespaces, ipClasses: classes, ipPools: pools };
   });
   let retention: RetentionSettings;
   try {
@@ -170,6 +179,24 @@ export function validateSeed(doc: unknown): Seed {
     throw err;
   }
   return { projects: out, retention };
+}
+
+/** A project's namespaces: names (DNS-1123 labels) or `{name, terminating}`; default `default`. */
+function namespacesOf(v: unknown, where: string): SeedNamespace[] {
+  if (v === undefined) return [{ name: "default", terminating: false }];
+  if (!Array.isArray(v)) fail(where, "must be a list of names or {name, terminating}");
+  const out = v.map((n, i) => {
+    const o = typeof n === "string" ? { name: n } : n as { name?: unknown; terminating?: unknown };
+    if (typeof o?.name !== "string" || labelError(o.name)) {
+      fail(`${where}[${i}]`, "needs a name that is a DNS-1123 label");
+    }
+    if (o.terminating !== undefined && typeof o.terminating !== "boolean") {
+      fail(`${where}[${i}]`, "terminating must be true or false");
+    }
+    return { name: o.name, terminating: o.terminating === true };
+  });
+  if (new Set(out.map((n) => n.name)).size !== out.length) fail(where, "duplicate namespace");
+  return out;
 }
 
 /** Checks a pool against its classes and returns its allocation plan. */

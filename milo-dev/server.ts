@@ -4,6 +4,7 @@
  */
 
 import { serveAdmin } from "./admin.ts";
+import { ApfQueue } from "./apf.ts";
 import { FaultState } from "./faults.ts";
 import { Ipam } from "./ipam.ts";
 import {
@@ -103,8 +104,19 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
   });
   const faults = new FaultState();
   const ceiling = new AllocationCeiling(startLimits);
+  const queue = new ApfQueue(ceiling);
   let stats = newStats(tls !== undefined);
-  const api = new ApiListener({ host, port, tls, ipam, faults, ceiling, stats: () => stats, log });
+  const api = new ApiListener({
+    host,
+    port,
+    tls,
+    ipam,
+    faults,
+    ceiling,
+    queue,
+    stats: () => stats,
+    log,
+  });
   try {
     await api.listen();
   } catch (err) {
@@ -127,7 +139,10 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     },
     limits: () => ceiling.get(),
     startLimits: () => ({ ...startLimits }),
-    setLimits: (next) => ceiling.set(next),
+    setLimits(next) {
+      ceiling.set(next);
+      queue.kick();
+    },
     stats: () => ({ ...stats, retained: ipam.retained.count() }),
     resetStats: () => stats = newStats(tls !== undefined),
     retention: () => ipam.retained.settings(),
@@ -148,6 +163,7 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     close() {
       closed ??= (async () => {
         sweeper.stop();
+        queue.close();
         await Promise.all([adminServer.close(), api.close()]);
         store.close();
       })();

@@ -23,8 +23,13 @@ export interface Stats {
   listRowsScanned: number;
   /** `lists` and `listRowsScanned` per resource (`ipclaims`, `ipallocations`, `ippools`, `ipclasses`). */
   listsByKind: Record<string, { lists: number; rowsScanned: number }>;
-  /** Claim creates answered 429 by the allocation ceiling (injected 429s count in `faults.error`). */
+  /**
+   * Claim creates APF rejected, 429 (their flow's queue full, or their wait
+   * past the limit); injected 429s count in `faults.error`.
+   */
   throttled: number;
+  /** Claim creates that waited in APF's queue before they were served. */
+  queued: number;
   /** Claim creates that committed an allocation (201, not a dry run). */
   allocations: number;
   /**
@@ -51,6 +56,7 @@ export function newStats(tls: boolean): Stats {
     listRowsScanned: 0,
     listsByKind: {},
     throttled: 0,
+    queued: 0,
     allocations: 0,
     since: new Date().toISOString(),
   };

@@ -195,28 +195,41 @@ export function exhausted(
 }
 
 /**
- * 429 TooManyRequests with `Retry-After` (whole seconds): the allocation
- * ceiling's answer and the injected 429. The Status is apimachinery's
- * `NewTooManyRequests(message, retryAfterSeconds)` (reason, code,
- * `details.retryAfterSeconds`; the apiserver copies it into `Retry-After`),
- * with the message API Priority and Fairness rejects with.
+ * 403 for a claim create into a namespace that cannot collect it, as Milo's
+ * `RefuseNamespace` (`internal/access/namespace.go`) words it through
+ * apimachinery's `NewForbidden` with no name.
  */
-export function tooManyRequests(retryAfterSeconds: number): ApiError {
-  return new ApiError(
-    429,
-    "TooManyRequests",
-    "Too many requests, please try again later.",
-    { retryAfterSeconds },
-    { "retry-after": String(retryAfterSeconds) },
-  );
+export function namespaceRefused(ns: string, terminating: boolean): ApiError {
+  const why = terminating
+    ? `unable to create new content in namespace ${ns} because it is being terminated: an ` +
+      "address bound into a terminating namespace would outlive everything that could release it"
+    : `namespace ${ns} does not exist: an address bound into it would have nothing to collect it`;
+  return new ApiError(403, "Forbidden", `ipclaims.${GROUP} is forbidden: ${why}`, {
+    group: GROUP,
+    kind: "ipclaims",
+  });
 }
 
-/** A Status for an injected overload/failure answer (429, 5xx). */
+/**
+ * 500 for a create whose allocation row exists already under its key: the
+ * loser of two overlapping creates of one name, or a dry run over a name
+ * Milo holds (it skips the reclaim probe). `ErrAllocationExists` from
+ * `insertAllocationRow` (`internal/allocator/prefix.go`), through
+ * `mapAllocationError`'s default, apimachinery's `NewInternalError`.
+ */
+export function allocationExists(project: string, ns: string, alloc: string, pool: string) {
+  const err = `ipam: allocation already exists: an allocation already exists for ` +
+    `"project/${project}/${GROUP}/ipallocations/${ns}/${alloc}" in pool ` +
+    `"project/${project}/${GROUP}/ippools/${pool}"`;
+  return new ApiError(500, "InternalError", `Internal error occurred: ${err}`, {
+    causes: [{ message: err }],
+  });
+}
+
+/** A Status for an injected failure answer (5xx; the listener writes an injected 429). */
 export function injected(code: number, retryAfterSeconds: number): ApiError {
   const retry = { "retry-after": String(retryAfterSeconds) };
   switch (code) {
-    case 429:
-      return tooManyRequests(retryAfterSeconds);
     case 503:
       return new ApiError(
         503,

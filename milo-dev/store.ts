@@ -17,6 +17,12 @@ import {
 
 export type { AllocationRow, ClaimRow, ObjectRow, SeededTable } from "./rows.ts";
 
+/**
+ * The schema's version: 2 made an address unique per address space (the
+ * scope, with its uid and the project) rather than per pool.
+ */
+const SCHEMA_VERSION = 2;
+
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('rv', 1000);
@@ -44,7 +50,8 @@ CREATE TABLE IF NOT EXISTS allocations (
   reclaim_policy TEXT NOT NULL DEFAULT 'Delete', scope_key TEXT NOT NULL DEFAULT '',
   retained_at INTEGER, expiring_at INTEGER, release_at INTEGER,
   PRIMARY KEY (project, namespace, name),
-  UNIQUE (project, pool, start));
+  UNIQUE (project, pool, scope_key, start));
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ${SCHEMA_VERSION});
 `;
 
 /** Columns added after the first schema, for databases made before them. */
@@ -68,6 +75,7 @@ export class Store {
     this.#db.exec("PRAGMA journal_mode=WAL");
     this.#db.exec("PRAGMA synchronous=FULL");
     this.#db.exec("PRAGMA busy_timeout=5000");
+    this.#upgrade(path);
     this.#db.exec(SCHEMA);
     const have = new Set(
       this.#all<{ name: string }>("PRAGMA table_info(allocations)").map((c) => c.name),
@@ -75,6 +83,34 @@ export class Store {
     for (const col of ADDED_ALLOCATION_COLUMNS) {
       if (!have.has(col.split(" ")[0])) this.#db.exec(`ALTER TABLE allocations ADD COLUMN ${col}`);
     }
+  }
+
+  /**
+   * A database of an earlier schema: without claims or allocations its two
+   * tables are made again; with them it is refused (their address spaces
+   * cannot be told apart).
+   */
+  #upgrade(path: string): void {
+    const tables = new Set(
+      this.#all<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table'").map((t) =>
+        t.name
+      ),
+    );
+    if (!tables.has("allocations")) return;
+    const v = tables.has("meta")
+      ? this.#get<{ value: number }>("SELECT value FROM meta WHERE key = 'schema'")?.value
+      : undefined;
+    if (v !== undefined && Number(v) >= SCHEMA_VERSION) return;
+    const rows = this.#get<{ n: number }>(
+      "SELECT (SELECT count(*) FROM allocations) + (SELECT count(*) FROM claims) AS n",
+    )!.n;
+    if (rows > 0) {
+      throw new Error(
+        `${path} was made by an earlier milo-dev (one address per pool, not per address ` +
+          "space) and holds claims: remove it, or use another --db",
+      );
+    }
+    this.#db.exec("DROP TABLE allocations; DROP TABLE claims");
   }
 
   #sql(text: string): StatementSync {
@@ -285,32 +321,44 @@ export class Store {
     )!.n;
   }
 
-  /** How many units of a pool are allocated. */
+  /** How many units of a pool are allocated in any address space (a unit counts once). */
   countAllocations(project: string, pool: string): number {
     return this.#get<{ n: number }>(
-      "SELECT count(*) AS n FROM allocations WHERE project = ? AND pool = ?",
+      "SELECT count(DISTINCT start) AS n FROM allocations WHERE project = ? AND pool = ?",
       project,
       pool,
     )!.n;
   }
 
-  /** Starts of a pool's allocations at or above `from`, ascending, at most `limit`. */
-  allocationsFrom(project: string, pool: string, from: bigint, limit: number): bigint[] {
+  /**
+   * Starts of a pool's allocations in one address space at or above `from`,
+   * ascending, at most `limit`.
+   */
+  allocationsFrom(
+    project: string,
+    pool: string,
+    space: string,
+    from: bigint,
+    limit: number,
+  ): bigint[] {
     return this.#all<{ start: string }>(
-      "SELECT start FROM allocations WHERE project = ? AND pool = ? AND start >= ? ORDER BY start LIMIT ?",
+      "SELECT start FROM allocations WHERE project = ? AND pool = ? AND scope_key = ? " +
+        "AND start >= ? ORDER BY start LIMIT ?",
       project,
       pool,
+      space,
       ipKey(from),
       limit,
     ).map((r) => fromIpKey(r.start));
   }
 
-  /** Whether the unit starting at `start` is allocated. */
-  isAllocated(project: string, pool: string, start: bigint): boolean {
+  /** Whether the unit starting at `start` is allocated in the address space `space`. */
+  isAllocated(project: string, pool: string, space: string, start: bigint): boolean {
     return this.#get(
-      "SELECT 1 FROM allocations WHERE project = ? AND pool = ? AND start = ?",
+      "SELECT 1 FROM allocations WHERE project = ? AND pool = ? AND scope_key = ? AND start = ?",
       project,
       pool,
+      space,
       ipKey(start),
     ) !== undefined;
   }

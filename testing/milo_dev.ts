@@ -318,7 +318,20 @@ export async function miloApi<T = unknown>(
   return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
 }
 
-/** An IPClaim create body for the example seed's classes. */
+/**
+ * The scope of {@link claimBody}: the network of `tests/fixtures/milo/`'s
+ * create request, uid included (Milo's address space counts it).
+ */
+export const FIXTURE_SCOPE = {
+  network: {
+    apiGroup: "networking.datumapis.com",
+    kind: "Network",
+    name: "vpc-7b3e",
+    uid: "0b6f7c1e-52d4-4b7e-9a41-3f0c8d2e6a19",
+  },
+};
+
+/** An IPClaim create body for the example seed's classes, in {@link FIXTURE_SCOPE}. */
 export function claimBody(
   name: string,
   opts: {
@@ -338,9 +351,7 @@ export function claimBody(
   if (opts.ipFamily) spec.ipFamily = opts.ipFamily;
   if (opts.address) spec.address = opts.address;
   if (opts.scope !== null) {
-    spec.scope = opts.scope ?? {
-      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
-    };
+    spec.scope = opts.scope ?? structuredClone(FIXTURE_SCOPE);
   }
   const metadata: Record<string, unknown> = { name, namespace: "default" };
   if (opts.labels) metadata.labels = opts.labels;

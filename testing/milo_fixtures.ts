@@ -75,3 +75,46 @@ export function statusReply(
 ): Response {
   return reply(code, statusBody(code, o), o.headers);
 }
+
+/** The namespace and claim Milo's namespace and race fixtures name. */
+const FIXTURE_NS = { refused: "shop", race: "default" };
+const FIXTURE_CLAIM = "pod-3f9a1c2b7d4e5f60a1b2-v4";
+
+/** `alloc-` and 16 hex of SHA-256 of `ns/name`: the IPAllocation name Milo derives for a claim. */
+export async function allocationNameFor(ns: string, name: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`${ns}/${name}`));
+  const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `alloc-${hex.slice(0, 16)}`;
+}
+
+/**
+ * Milo's 403 to a claim create into namespace `ns` that does not exist or is
+ * being deleted (`status-403-namespace-missing.json`,
+ * `status-403-namespace-terminating.json`).
+ */
+export function namespaceReply(ns: string, terminating = false): Response {
+  const body = fixture<JsonObject>(
+    `status-403-namespace-${terminating ? "terminating" : "missing"}.json`,
+  );
+  body.message = (body.message as string).replace(
+    ` ${FIXTURE_NS.refused} `,
+    ` ${ns} `,
+  );
+  return reply(403, body);
+}
+
+/**
+ * Milo's 500 to the later of two overlapping creates of claim `name` in `ns`
+ * (`status-500-allocation-exists.json`): its allocation insert found the
+ * allocation the other create made under the name.
+ */
+export async function nameRaceReply(ns: string, name: string): Promise<Response> {
+  const fixed = await allocationNameFor(FIXTURE_NS.race, FIXTURE_CLAIM);
+  const from = `/ipallocations/${FIXTURE_NS.race}/${fixed}"`;
+  const to = `/ipallocations/${ns}/${await allocationNameFor(ns, name)}"`;
+  const body = fixture<JsonObject>("status-500-allocation-exists.json");
+  const details = body.details as { causes: { message: string }[] };
+  body.message = (body.message as string).replace(from, to);
+  details.causes = details.causes.map((c) => ({ message: c.message.replace(from, to) }));
+  return reply(500, body);
+}

@@ -115,7 +115,11 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
   };
   const conf = parseNetConf(JSON.stringify(stdin), node, o.command);
   const deadline = o.deadline ?? Date.now() + 60_000;
-  const milo = stub.client({ deadline, requestMs: conf.network.timeouts.requestMs });
+  const milo = stub.client({
+    deadline,
+    requestMs: conf.network.timeouts.requestMs,
+    namespace: node.milo.namespace,
+  });
   return {
     env,
     conf,

@@ -1,13 +1,13 @@
 /**
  * An in-memory Milo for in-process handler tests: a stubbed `fetch` that
- * answers POST/GET/DELETE/LIST of IPClaims and LIST of IPClasses in the wire
- * shapes of Milo's API (bodies built from the shared fixtures,
+ * answers POST/GET/DELETE/LIST of IPClaims and LIST of IPClasses (none: a
+ * tenant cannot read Milo's class catalog) in the wire shapes of Milo's API (bodies built from the shared fixtures,
  * testing/milo_fixtures.ts), records every request, and lets a test replace
  * or observe any single request (testing/stub_invocation.ts builds a
  * handler's Invocation over it).
  */
 import { API_PATH, MiloClient } from "../lib/milo.ts";
-import { fixture, reply, statusReply } from "./milo_fixtures.ts";
+import { fixture, namespaceReply, reply, statusReply } from "./milo_fixtures.ts";
 
 import type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
 export type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
@@ -62,7 +62,12 @@ export class StubMilo {
   readonly requests: StubRequest[] = [];
   /** Every backoff the clients of this stub slept (ms); nothing really waits. */
   readonly sleeps: number[] = [];
-  /** IPClasses by name. */
+  /**
+   * The namespaces of the project, each live or being deleted: a create into
+   * any other, or into one being deleted, is Milo's 403 (`RefuseNamespace`).
+   */
+  namespaces: Record<string, "live" | "terminating"> = { default: "live" };
+  /** IPClasses by name (the classes claims may name; a tenant's LIST shows none). */
   classes: Record<string, StubClass> = {
     "vpc-pods-ipv4": { family: "IPv4", pool: "vpc-7b3e-pods-v4" },
     "vpc-pods-ipv6": { family: "IPv6", pool: "vpc-7b3e-pods-v6" },
@@ -195,10 +200,12 @@ export class StubMilo {
   }
 
   /** A client of this stub: the real {@link MiloClient} over the stubbed fetch and sleep. */
-  client(o: { requestMs?: number; deadline?: number; token?: string } = {}): MiloClient {
+  client(
+    o: { requestMs?: number; deadline?: number; token?: string; namespace?: string } = {},
+  ): MiloClient {
     return new MiloClient({
       baseUrl: STUB_BASE,
-      namespace: "default",
+      namespace: o.namespace ?? "default",
       token: o.token ?? STUB_TOKEN,
       requestMs: o.requestMs ?? 1_000,
       deadline: o.deadline ?? Date.now() + 60_000,
@@ -227,16 +234,12 @@ export class StubMilo {
   #serve(req: StubRequest): Response {
     if (req.headers.get("authorization") !== `Bearer ${STUB_TOKEN}`) return statusReply(401);
     if (req.path === `${API_PATH}/ipclasses` && req.method === "GET") {
+      // Milo keeps the catalog in the platform project: a tenant's own key space has none.
       return reply(200, {
         apiVersion: "ipam.miloapis.com/v1alpha1",
         kind: "IPClassList",
         metadata: { resourceVersion: String(this.#version) },
-        items: Object.entries(this.classes).map(([name, c]) => ({
-          apiVersion: "ipam.miloapis.com/v1alpha1",
-          kind: "IPClass",
-          metadata: { name },
-          spec: { ipFamily: c.family },
-        })),
+        items: [],
       });
     }
     const m = CLAIMS.exec(req.path);
@@ -274,6 +277,9 @@ export class StubMilo {
     const cls = this.classes[spec.className ?? ""];
     if (!cls) {
       return statusReply(400, { message: `IPClass "${spec.className}" not found` });
+    }
+    if (this.namespaces[ns] !== "live") {
+      return namespaceReply(ns, this.namespaces[ns] === "terminating");
     }
     if (spec.ipFamily && spec.ipFamily !== cls.family) {
       return statusReply(400, {

@@ -191,9 +191,28 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         available: "4294967292",
       });
       assert.equal(v6.status.utilizationPercent, 0);
-      const cls = await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6");
-      assert.equal(cls.body.kind, "IPClass");
-      assert.equal(cls.body.spec.prefixLength, 96);
+    });
+
+    await t.step("ipclasses: a tenant sees none, as Milo's platform-project catalog", async () => {
+      const none = await miloApi<Any>(dev, "GET", "/ipclasses");
+      assert.deepEqual([none.status, none.body.kind, none.body.items], [200, "IPClassList", []]);
+      const one = await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6");
+      assert.deepEqual([one.status, one.body.reason, one.body.details.kind], [
+        404,
+        "NotFound",
+        "ipclasses",
+      ]);
+      // Opts in: the shape of the classes milo-dev serves, which a Milo tenant never reads.
+      await dev.setLimits({ tenantClasses: true });
+      try {
+        const cls = await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6");
+        assert.equal(cls.body.kind, "IPClass");
+        assert.equal(cls.body.spec.prefixLength, 96);
+        const list = await miloApi<Any>(dev, "GET", "/ipclasses");
+        assert.equal(list.body.items.length, 2);
+      } finally {
+        await dev.setLimits({});
+      }
     });
 
     await t.step("dryRun=All computes the next address and holds nothing", async () => {
@@ -305,7 +324,10 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         });
         assert.equal(scope.status, 400);
         assertShape(scope.body, shape);
-        assert.equal(scope.body.message, 'IPClass "vpc-pods-ipv4" requires scope role "network"');
+        assert.equal(
+          scope.body.message,
+          'scope is missing role "network" required by uniqueWithin (class "vpc-pods-ipv4")',
+        );
         const fam = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("fam", { ipFamily: "IPv6" }),
         });
@@ -406,9 +428,11 @@ Deno.test("milo-dev contract: status-403 (class not consumable) and status-507 (
   }
 });
 
-Deno.test("milo-dev contract: DELETE honours DeleteOptions preconditions (409 Conflict)", async () => {
+Deno.test("milo-dev contract: checkedPreconditions makes DELETE honour them (409 Conflict)", async () => {
   const dev = await startMiloDev();
   try {
+    // Opts in: Kubernetes' precondition check, the behaviour this test is about; Milo skips it.
+    await dev.setLimits({ checkedPreconditions: true });
     const del = (name: string, body?: unknown) =>
       miloApi<Any>(dev, "DELETE", `${NS}/ipclaims/${name}`, { body });
     const created = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody("pre-1") });
