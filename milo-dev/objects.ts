@@ -1,5 +1,6 @@
 /** The objects milo-dev answers, in Milo's wire shapes, built from stored rows. */
 
+import { createHash } from "node:crypto";
 import type { Capacity } from "./allocator.ts";
 import type { IPFamily } from "./ipmath.ts";
 import type { ClassSpec, PoolPlan, PoolSpec } from "./seed.ts";
@@ -44,13 +45,25 @@ export interface ClaimSpec {
   ownerRef: { apiGroup: string; kind: string; name: string; uid?: string };
 }
 
-/** An IPClass. */
+/**
+ * An IPClass in Milo's vocabulary (`pkg/apis/ipam/v1alpha1/types.go`): the
+ * seed's `prefixLength` as `defaultPrefixLength` and a one-length
+ * `allowedPrefixLengths`, its `requiredScopeRoles` as `uniqueWithin`, its
+ * `default` as the `ipam.miloapis.com/is-default-class` annotation.
+ */
 export interface IPClassObject {
   apiVersion: string;
   kind: "IPClass";
   metadata: ObjectMeta;
-  spec: ClassSpec;
-  status: { phase: "Ready"; poolNames: string[] };
+  spec: {
+    ipFamily: IPFamily;
+    uniqueWithin?: string[];
+    allowedPrefixLengths: { min: number; max: number };
+    defaultPrefixLength: number;
+    reclaimPolicy?: string;
+    retentionLease?: string;
+  };
+  status: { phase: "Ready"; offeringPools: number; requiredScopeRoles?: string[] };
 }
 
 /** An IPPool with live capacity. */
@@ -82,23 +95,37 @@ export interface IPClaimObject {
   };
 }
 
-/** An IPAllocation. */
+/**
+ * An IPAllocation, in the shape Milo's claim storage writes it
+ * (`AllocatingREST.Create`, `internal/registry/ipam/ipclaim/storage.go`):
+ * `status.phase` is `Ready` whether bound or retained; conditions tell a
+ * retained one (`Bound` False) and an expiring one (`Expiring` True).
+ */
 export interface IPAllocationObject {
   apiVersion: string;
   kind: "IPAllocation";
   metadata: ObjectMeta;
   spec: {
+    ipFamily: string;
     poolRef: { name: string };
     className: string;
-    ipFamily: string;
-    cidr: string;
-    prefixLength: number;
-    reclaimPolicy: string;
+    purpose: "Claim";
     /** The claim it is bound to; absent while retained (Milo's `spec.claimRef` is nil then). */
-    claimRef?: { namespace: string; name: string | null; uid: string | null };
+    claimRef?: { name: string };
+    /** The claim's scope projected onto its class's uniqueWithin roles: the address space. */
+    scope?: Record<string, ScopeRef>;
+    reclaimPolicy: string;
+    ownerRef: { apiGroup: string; kind: string; name: string };
   };
-  /** `Allocated`, or `Retained` / `Expiring` (lease elapsed) with conditions saying so. */
-  status: { phase: string; conditions?: Condition[] };
+  status: {
+    phase: "Ready";
+    allocatedCIDR: string;
+    /** The single address of a /32 or /128. */
+    address?: string;
+    /** milo-dev's digest of the address space (SHA-256 of reclaim.ts `scopeKey`). */
+    scopeDigest: string;
+    conditions?: Condition[];
+  };
 }
 
 /** A `metav1.Condition`. */
@@ -131,14 +158,29 @@ function nonEmpty(json: string): Record<string, string> | undefined {
   return Object.keys(m).length ? m : undefined;
 }
 
-/** An IPClass and the pools that serve it. */
+/** An IPClass and the number of pools that serve it. */
 export function classObject(r: ObjectRow, poolNames: string[]): IPClassObject {
+  const c = JSON.parse(r.spec) as ClassSpec;
+  const roles = [...new Set(c.requiredScopeRoles ?? [])].sort();
+  const metadata = objectMeta(r);
+  if (c.default) metadata.annotations = { "ipam.miloapis.com/is-default-class": "true" };
   return {
     apiVersion: API_VERSION,
     kind: "IPClass",
-    metadata: objectMeta(r),
-    spec: JSON.parse(r.spec),
-    status: { phase: "Ready", poolNames },
+    metadata,
+    spec: {
+      ipFamily: c.ipFamily,
+      ...(roles.length ? { uniqueWithin: roles } : {}),
+      allowedPrefixLengths: { min: c.prefixLength, max: c.prefixLength },
+      defaultPrefixLength: c.prefixLength,
+      ...(c.reclaimPolicy ? { reclaimPolicy: c.reclaimPolicy } : {}),
+      ...(c.retentionLease ? { retentionLease: c.retentionLease } : {}),
+    },
+    status: {
+      phase: "Ready",
+      offeringPools: poolNames.length,
+      ...(roles.length ? { requiredScopeRoles: roles } : {}),
+    },
   };
 }
 
@@ -184,39 +226,54 @@ export function claimObject(r: ClaimRow, phase = r.phase, rv = r.rv): IPClaimObj
   };
 }
 
-/** An IPAllocation; owned by its claim while allocated. */
+/** An IPAllocation (see {@link IPAllocationObject}). */
 export function allocationObject(r: AllocationRow): IPAllocationObject {
   const metadata = objectMeta(r);
   const labels = nonEmpty(r.labels);
   if (labels) metadata.labels = labels;
   const bound = r.phase === "Allocated";
-  if (r.claim_name && bound) {
-    metadata.ownerReferences = [{
-      apiVersion: API_VERSION,
-      kind: "IPClaim",
-      name: r.claim_name,
-      uid: r.claim_uid,
-      controller: true,
-      blockOwnerDeletion: true,
-    }];
-  }
+  const scope = projectedScope(r.scope_key);
+  const single = r.prefix === (r.family === "IPv6" ? 128 : 32);
   return {
     apiVersion: API_VERSION,
     kind: "IPAllocation",
     metadata,
     spec: {
+      ipFamily: r.family,
       poolRef: { name: r.pool },
       className: r.class_name,
-      ipFamily: r.family,
-      cidr: r.cidr,
-      prefixLength: r.prefix,
+      purpose: "Claim",
+      ...(bound && r.claim_name ? { claimRef: { name: r.claim_name } } : {}),
+      ...(scope ? { scope } : {}),
       reclaimPolicy: r.reclaim_policy,
-      ...(bound
-        ? { claimRef: { namespace: r.namespace, name: r.claim_name, uid: r.claim_uid } }
-        : {}),
+      ownerRef: { apiGroup: "resourcemanager.miloapis.com", kind: "Project", name: r.project },
     },
-    status: { phase: r.phase, ...(bound ? {} : { conditions: retainedConditions(r) }) },
+    status: {
+      phase: "Ready",
+      allocatedCIDR: r.cidr,
+      ...(single ? { address: r.cidr.split("/")[0] } : {}),
+      scopeDigest: createHash("sha256").update(r.scope_key).digest("hex"),
+      ...(bound ? {} : { conditions: retainedConditions(r) }),
+    },
   };
+}
+
+/** The projected scope a reclaim.ts `scopeKey` holds; undefined for none (or an earlier key). */
+function projectedScope(key: string): Record<string, ScopeRef> | undefined {
+  let refs: unknown;
+  try {
+    refs = JSON.parse(key);
+  } catch {
+    return undefined;
+  }
+  if (!Array.isArray(refs) || refs.length === 0) return undefined;
+  const out: Record<string, ScopeRef> = {};
+  for (const ref of refs) {
+    if (!Array.isArray(ref) || ref.length !== 6) return undefined;
+    const [role, , apiGroup, kind, name, uid] = ref as string[];
+    out[role] = { apiGroup, kind, name, ...(uid ? { uid } : {}) };
+  }
+  return out;
 }
 
 const rfc3339 = (ms: number | null) => new Date(ms ?? 0).toISOString().replace(/\.\d{3}Z$/, "Z");

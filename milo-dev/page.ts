@@ -68,7 +68,7 @@ export function utilization(ipam: Ipam, project?: string | null): Utilization {
   return {
     generatedAt: new Date().toISOString(),
     projects: names.map((name) => {
-      const retained = ipam.listAllocations(name).filter((a) => a.status.phase !== "Allocated")
+      const retained = ipam.listAllocations(name).filter((a) => !a.spec.claimRef)
         .map(retainedAddress);
       const pools = ipam.poolPlans(name).map((plan): PoolUsage => {
         const c = ipam.capacity(name, plan);
@@ -140,10 +140,10 @@ function retainedAddress(a: IPAllocationObject): RetainedAddress {
   return {
     allocation: a.metadata.name,
     namespace: a.metadata.namespace ?? "",
-    cidr: a.spec.cidr,
+    cidr: a.status.allocatedCIDR,
     pool: a.spec.poolRef.name,
     className: a.spec.className,
-    phase: a.status.phase,
+    phase: a.status.conditions?.some((c) => c.type === "Expiring") ? "Expiring" : "Retained",
     since: bound?.lastTransitionTime ?? a.metadata.creationTimestamp,
   };
 }

@@ -85,8 +85,22 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         );
         assert.equal(alloc.status, 200);
         assert.equal(alloc.body.kind, "IPAllocation");
-        assert.equal(alloc.body.spec.cidr, "10.40.0.7/32");
-        assert.equal(alloc.body.spec.claimRef.name, createReq.metadata.name);
+        assert.deepEqual(alloc.body.spec, {
+          ipFamily: "IPv4",
+          poolRef: { name: "vpc-7b3e-pods-v4" },
+          className: "vpc-pods-ipv4",
+          purpose: "Claim",
+          claimRef: { name: createReq.metadata.name },
+          scope: createReq.spec.scope,
+          reclaimPolicy: "Delete",
+          ownerRef: { apiGroup: "resourcemanager.miloapis.com", kind: "Project", name: "tenant-a" },
+        });
+        assert.deepEqual(
+          { ...alloc.body.status, scopeDigest: "" },
+          { phase: "Ready", allocatedCIDR: "10.40.0.7/32", address: "10.40.0.7", scopeDigest: "" },
+        );
+        assert.match(alloc.body.status.scopeDigest, /^[0-9a-f]{64}$/);
+        assert.equal(alloc.body.metadata.ownerReferences, undefined);
       },
     );
 
@@ -207,7 +221,17 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
       try {
         const cls = await miloApi<Any>(dev, "GET", "/ipclasses/vpc-pods-ipv6");
         assert.equal(cls.body.kind, "IPClass");
-        assert.equal(cls.body.spec.prefixLength, 96);
+        assert.deepEqual(cls.body.spec, {
+          ipFamily: "IPv6",
+          uniqueWithin: ["network"],
+          allowedPrefixLengths: { min: 96, max: 96 },
+          defaultPrefixLength: 96,
+        });
+        assert.deepEqual(cls.body.status, {
+          phase: "Ready",
+          offeringPools: 1,
+          requiredScopeRoles: ["network"],
+        });
         const list = await miloApi<Any>(dev, "GET", "/ipclasses");
         assert.equal(list.body.items.length, 2);
       } finally {

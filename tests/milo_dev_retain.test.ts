@@ -92,10 +92,10 @@ Deno.test("milo-dev retain: retained, re-bound, refused by field, released; pinn
         assert.equal((await miloApi(dev, "GET", `${NS}/ipclaims/db-0-v4`)).status, 404);
         const al = await a.alloc(name);
         assert.equal(al.status, 200);
-        assert.equal(al.body.status.phase, "Retained");
+        assert.equal(al.body.status.phase, "Ready", "Milo's phase whether bound or retained");
         assert.equal(al.body.spec.claimRef, undefined, "no claimRef while retained");
         assert.equal(al.body.spec.reclaimPolicy, "Retain");
-        assert.equal(al.body.spec.cidr, "10.40.0.1/32");
+        assert.equal(al.body.status.allocatedCIDR, "10.40.0.1/32");
         assert.equal(al.body.metadata.ownerReferences, undefined);
         assert.deepEqual(
           al.body.status.conditions.map((x: Any) => [x.type, x.status, x.reason]),
@@ -147,10 +147,9 @@ Deno.test("milo-dev retain: retained, re-bound, refused by field, released; pinn
         assert.equal(c.status.address, "10.40.0.1");
         assert.equal(c.status.allocatedCIDR, "10.40.0.1/32");
         const al = (await a.alloc(c.status.boundAllocationRef.name)).body;
-        assert.equal(al.status.phase, "Allocated");
+        assert.equal(al.status.phase, "Ready");
         assert.equal(al.status.conditions, undefined);
-        assert.equal(al.spec.claimRef.name, "db-0-v4");
-        assert.equal(al.spec.claimRef.uid, c.metadata.uid);
+        assert.deepEqual(al.spec.claimRef, { name: "db-0-v4" });
         assert.equal(await a.allocated(), "5", "re-binding allocates nothing new");
         assert.equal((await dev.stats()).retained, 0);
       },
@@ -189,7 +188,7 @@ Deno.test("milo-dev retain: retained, re-bound, refused by field, released; pinn
           ),
         );
         const still = (await a.alloc(alloc)).body;
-        assert.equal(still.status.phase, "Retained", "a refused reclaim consumes nothing");
+        assert.equal(still.spec.claimRef, undefined, "a refused reclaim consumes nothing");
       },
     );
 
@@ -277,7 +276,7 @@ Deno.test("milo-dev retain: the earlier storage's 409, from the seed or the admi
             "or the IPAllocation is deleted",
         ),
       );
-      assert.equal((await a.alloc(alloc)).body.status.phase, "Retained");
+      assert.equal((await a.alloc(alloc)).body.spec.claimRef, undefined, "retained");
     });
 
     await t.step("switched at run time; DELETE /retention goes back to the seed's", async () => {
@@ -335,7 +334,7 @@ Deno.test("milo-dev retain: the lease sweeper marks, then releases", async (t) =
         await swept(dev, "61m", [1, 1, 0, 0]);
         await swept(dev, "62m", [1, 0, 0, 0]);
         const al = (await a.alloc(alloc)).body;
-        assert.equal(al.status.phase, "Expiring");
+        assert.equal(al.status.phase, "Ready");
         const exp = al.status.conditions.find((c: Any) => c.type === "Expiring");
         assert.equal(exp.reason, "RetentionLeaseElapsed");
         assert.match(

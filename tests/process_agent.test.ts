@@ -292,6 +292,9 @@ Deno.test("agent: a boot storm at 2x Milo's allocation ceiling: every ADD, <= 1.
   // 32 dual-stack ADDs at once: 64 creates offered against 16 a second (4 s at the ceiling),
   // under the production timeouts (a call's requests end 8 s after its process starts).
   const milo = await startMiloDev({ seed: PLUGIN_SEED, allocationsPerSecond: 16 });
+  // Opts in: no APF queue, every create past the ceiling refused at once (429), the world this
+  // budget was set in; until the node limiter is judged against APF's queue (issue 29, item 7).
+  await milo.setLimits({ queueLength: 0 });
   const metrics = `127.0.0.1:${freePort()}`;
   const p = await installPlugin({
     miloUrl: milo.url,

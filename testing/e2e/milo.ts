@@ -218,8 +218,9 @@ export class MiloAdmin {
     const items = isRecord(r.body) && Array.isArray(r.body.items) ? r.body.items : [];
     return items.flatMap((a) => {
       const spec = isRecord(a) && isRecord(a.spec) ? a.spec : {};
-      const phase = isRecord(a) && isRecord(a.status) ? a.status.phase : undefined;
-      return phase !== "Allocated" && typeof spec.cidr === "string" ? [spec.cidr] : [];
+      const status = isRecord(a) && isRecord(a.status) ? a.status : {};
+      const cidr = status.allocatedCIDR;
+      return spec.claimRef === undefined && typeof cidr === "string" ? [cidr] : [];
     });
   }
 
