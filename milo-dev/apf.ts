@@ -122,7 +122,7 @@ export class ApfQueue {
     const { queueLength, queueWaitMs } = this.#ceiling.get();
     if ((this.#perFlow.get(flow) ?? 0) >= queueLength) return Promise.resolve(this.#reject("full"));
     return new Promise((resolve) => {
-      let limit: ReturnType<typeof setTimeout> | undefined;
+      const limit = setTimeout(() => w.settle(this.#reject("timeout")), queueWaitMs);
       const onGone = () => w.settle("gone");
       const w: Waiter = {
         flow,
@@ -136,7 +136,6 @@ export class ApfQueue {
       };
       this.#waiters.push(w);
       this.#perFlow.set(flow, (this.#perFlow.get(flow) ?? 0) + 1);
-      limit = setTimeout(() => w.settle(this.#reject("timeout")), queueWaitMs);
       gone.addEventListener("abort", onGone, { once: true });
       if (gone.aborted) onGone();
       this.#pump();
