@@ -1,0 +1,109 @@
+/**
+ * Fail closed, third round, through the installed agent: what a namespace user
+ * or a local process can do to the node's other tenants. libcni result cache
+ * entries sized by a NetworkAttachmentDefinition's author do not push the
+ * agent past its memory limit, and connections held open on the metrics port
+ * do not blind the scrapes.
+ */
+import assert from "node:assert/strict";
+import { Holdings } from "../lib/holdings.ts";
+import { stateFileOf } from "../lib/liveness.ts";
+import { fakeMilo } from "../testing/fake_milo.ts";
+import { fixture, reply } from "../testing/milo_fixtures.ts";
+import { installPlugin } from "../testing/plugin.ts";
+import { TOKEN, until } from "../testing/process.ts";
+
+/** The agent container's memory limit (deploy/agent.yaml). */
+const AGENT_LIMIT_MIB = 256;
+
+/** The agent's peak resident set so far (`VmHWM`, KiB), from /proc. */
+async function peakKiB(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? NaN);
+}
+
+/**
+ * One libcni cache entry as libcni's `cacheAdd` writes it (containernetworking/cni
+ * `libcni/api.go`, `cachedInfo`: kind, containerId, then the delegate's config as
+ * base64, ...), its config padded by the NAD's author to make it `bytes` long.
+ */
+function fatEntry(containerId: string, bytes: number): string {
+  const head = { kind: "cniCacheV1", containerId };
+  const tail = {
+    ifName: "net1",
+    networkName: "fat",
+    cniArgs: [["K8S_POD_NAMESPACE", "evil"], ["K8S_POD_NAME", containerId]],
+    result: { cniVersion: "1.1.0", ips: [{ address: "10.40.0.9/32" }] },
+  };
+  const rest = bytes - JSON.stringify({ ...head, config: "", ...tail }).length;
+  const config = btoa(
+    JSON.stringify({ name: "fat", pad: "x".repeat(Math.floor(rest * 3 / 4) - 20) }),
+  );
+  return JSON.stringify({ ...head, config, ...tail });
+}
+
+/** Milo's NotFound for the claim `name` (the shared fixture, named for it). */
+function notFound(name: string): Response {
+  const body = fixture<{ message: string; details: Record<string, string> }>(
+    "status-404-not-found.json",
+  );
+  return reply(404, {
+    ...body,
+    message: `ipclaims.ipam.miloapis.com "${name}" not found`,
+    details: { ...body.details, name },
+  });
+}
+
+Deno.test("agent: 200 libcni cache entries of 1 MiB each keep the agent's peak RSS well under its limit", async () => {
+  const fake = await fakeMilo((_req, seen) => notFound(seen.path.split("/").pop()!));
+  const p = await installPlugin({ miloUrl: fake.url, token: TOKEN, agent: true });
+  try {
+    const entries = 200;
+    for (let i = 0; i < entries; i++) {
+      const id = `fat-${String(i).padStart(4, "0")}`;
+      await Deno.writeTextFile(`${p.resultsDir}/fat-${id}-net1`, fatEntry(id, 1024 * 1024));
+    }
+    // The node's record: three attachments the fat entries keep live, five whose containers
+    // no entry names, absent for long (each re-checked, then found gone from Milo).
+    const holdings = new Holdings(p.stateDir);
+    const at = Date.now() - 3_600_000;
+    const a = (containerId: string) => ({
+      cluster: "cluster-a",
+      node: "node-a1",
+      network: "fat",
+      containerId,
+      ifname: "net1",
+    });
+    const live = ["fat-0000", "fat-0100", "fat-0199"];
+    const gone = ["gone-1", "gone-2", "gone-3", "gone-4", "gone-5"];
+    const absent: Record<string, { firstAbsent: number; uid: string }> = {};
+    for (const id of [...live, ...gone]) {
+      holdings.held(a(id), `add-${id}`, [{ name: `claim-${id}`, uid: `uid-${id}` }], at);
+      if (gone.includes(id)) absent[`claim-${id}`] = { firstAbsent: at, uid: `uid-${id}` };
+    }
+    holdings.markListed();
+    const stateFile = stateFileOf({ stateDir: p.stateDir } as Parameters<typeof stateFileOf>[0]);
+    await Deno.writeTextFile(stateFile, JSON.stringify({ absent }));
+
+    await p.startAgent();
+    const pid = p.agentPid()!;
+    await until(
+      async () => (await p.logLines()).some((l) => l.verb === "RECONCILE"),
+      "the agent's first reconcile",
+      120_000,
+    );
+    const peak = await peakKiB(pid);
+    const line = (await p.logLines()).find((l) => l.verb === "RECONCILE")!;
+    console.log(`agent peak RSS ${(peak / 1024).toFixed(1)} MiB; reconcile ${line.durationMs} ms`);
+    assert.deepEqual(line.errors, [], JSON.stringify(line));
+    const left = holdings.all().map((r) => r.h.containerId).sort();
+    assert.deepEqual(left, live, "the fat entries' containers are live; the others were judged");
+    assert.ok(
+      peak < (AGENT_LIMIT_MIB / 2) * 1024,
+      `peak RSS ${(peak / 1024).toFixed(1)} MiB, not under half the ${AGENT_LIMIT_MIB} MiB limit`,
+    );
+  } finally {
+    await p.cleanup();
+    await fake.close();
+  }
+});
