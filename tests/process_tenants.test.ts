@@ -11,7 +11,7 @@ import { stateFileOf } from "../lib/liveness.ts";
 import { fakeMilo } from "../testing/fake_milo.ts";
 import { fixture, reply } from "../testing/milo_fixtures.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { TOKEN, until } from "../testing/process.ts";
+import { freePort, TOKEN, until } from "../testing/process.ts";
 
 /** The agent container's memory limit (deploy/agent.yaml). */
 const AGENT_LIMIT_MIB = 256;
@@ -102,6 +102,97 @@ Deno.test("agent: 200 libcni cache entries of 1 MiB each keep the agent's peak R
       peak < (AGENT_LIMIT_MIB / 2) * 1024,
       `peak RSS ${(peak / 1024).toFixed(1)} MiB, not under half the ${AGENT_LIMIT_MIB} MiB limit`,
     );
+  } finally {
+    await p.cleanup();
+    await fake.close();
+  }
+});
+
+/**
+ * Another local process holding `n` connections to `port` that never finish
+ * their request head, opening another as soon as one is closed; it says how
+ * many it has opened on each line of its stdout.
+ */
+async function holdConnections(port: number, n: number) {
+  const code = `
+    let opened = 0;
+    const slot = async () => {
+      for (;;) {
+        let c;
+        try {
+          c = await Deno.connect({ hostname: "127.0.0.1", port: ${port} });
+        } catch {
+          await new Promise((r) => setTimeout(r, 10));
+          continue;
+        }
+        if (++opened % 64 === 0) console.log(opened);
+        try {
+          await c.write(new TextEncoder().encode("GET /metr"));
+          while ((await c.read(new Uint8Array(64))) !== null) {}
+        } catch {}
+        try { c.close(); } catch {}
+      }
+    };
+    for (let i = 0; i < ${n}; i++) slot();
+  `;
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["eval", code],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let opened = 0;
+  (async () => {
+    for (;;) {
+      const { value, done } = await lines.read().catch(() => ({ value: "", done: true }));
+      if (done) return;
+      const last = value.trim().split("\n").pop();
+      if (last) opened = Number(last);
+    }
+  })();
+  return {
+    opened: () => opened,
+    async stop() {
+      child.kill("SIGKILL");
+      await child.status;
+      await lines.cancel().catch(() => {});
+    },
+  };
+}
+
+Deno.test("agent metrics: connections held open and re-opened as they close do not blind the scrapes", async () => {
+  const fake = await fakeMilo((_req, seen) => notFound(seen.path.split("/").pop()!));
+  const port = freePort();
+  const p = await installPlugin({
+    miloUrl: fake.url,
+    token: TOKEN,
+    agent: true,
+    agentMetrics: `127.0.0.1:${port}`,
+  });
+  try {
+    await p.startAgent();
+    const holders = await holdConnections(port, 128);
+    try {
+      await until(async () => holders.opened() >= 128, "128 connections held");
+      let answered = 0;
+      const failures: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        try {
+          const res = await fetch(`http://127.0.0.1:${port}/metrics`, {
+            signal: AbortSignal.timeout(10_000),
+          });
+          const text = await res.text();
+          if (res.ok && text.includes("milo_ipam_calls_total")) answered++;
+          else failures.push(`HTTP ${res.status}`);
+        } catch (err) {
+          failures.push(String(err).slice(0, 120));
+        }
+      }
+      assert.equal(answered, 10, `scrapes answered while connections are held: ${failures}`);
+    } finally {
+      await holders.stop();
+    }
   } finally {
     await p.cleanup();
     await fake.close();
