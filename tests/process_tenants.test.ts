@@ -113,7 +113,7 @@ Deno.test("agent: 200 libcni cache entries of 1 MiB each keep the agent's peak R
  * their request head, opening another as soon as one is closed; it says how
  * many it has opened on each line of its stdout.
  */
-async function holdConnections(port: number, n: number) {
+function holdConnections(port: number, n: number) {
   const code = `
     let opened = 0;
     const slot = async () => {
@@ -172,9 +172,9 @@ Deno.test("agent metrics: connections held open and re-opened as they close do n
   });
   try {
     await p.startAgent();
-    const holders = await holdConnections(port, 128);
+    const holders = holdConnections(port, 128);
     try {
-      await until(async () => holders.opened() >= 128, "128 connections held");
+      await until(() => Promise.resolve(holders.opened() >= 128), "128 connections held");
       let answered = 0;
       const failures: string[] = [];
       for (let i = 0; i < 10; i++) {
