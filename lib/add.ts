@@ -34,14 +34,17 @@ type Held = Lease & { name: string; uid?: string; fresh: boolean };
  * ADD succeeded; when the ADD failed and Milo answered every create it sent
  * it is what it was before (an earlier ADD's lease, or none), and left
  * `adding` (in doubt) otherwise. Refused while the
- * journal is full (lib/journal.ts).
+ * pod's namespace owes its share of the release journal (lib/journal.ts).
  */
 export const add: Handler = async (inv) => {
-  if (inv.journal.isFull()) {
+  const full = inv.journal.full(inv.attachment);
+  if (full) {
     throw new CniError(
       "transient",
-      `${inv.journal.max} or more releases are owed to Milo: ADD refused until reconcile makes them`,
-      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers`,
+      `${full.owed} releases are owed to Milo for ${full.share} (its limit ${full.limit}): ` +
+        "ADD refused until reconcile makes them",
+      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers; ` +
+        "other namespaces' ADDs go on",
     );
   }
   const names = claimNamesOf(inv);

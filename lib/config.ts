@@ -71,6 +71,14 @@ function isLoopbackHostPort(text: string): boolean {
 
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
 
+/**
+ * The floor of a network config's timeouts unless the node config sets one
+ * (`timeouts.minRequestMs`, `.minTotalMs`), capped at the node's own values:
+ * a network may fail faster than the node's limits, never faster than Milo
+ * answers (a create given up on leaves its ADD in doubt, and a release owed).
+ */
+export const DEFAULT_TIMEOUT_FLOORS = { requestMs: 1_000, totalMs: 2_000 };
+
 /** Node-only settings: credentials, endpoints, identity, paths. */
 const nodeShape = {
   milo: z.object({
@@ -122,7 +130,15 @@ const nodeShape = {
     z.object({
       requestMs: withDefault(timeoutsShape.requestMs, 2_000),
       totalMs: withDefault(timeoutsShape.totalMs, 10_000),
-    }).check(z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs")),
+      minRequestMs: z.optional(timeoutsShape.requestMs),
+      minTotalMs: z.optional(timeoutsShape.totalMs),
+    }).check(
+      z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs"),
+      z.refine(
+        (t) => (t.minRequestMs ?? 0) <= t.requestMs && (t.minTotalMs ?? 0) <= t.totalMs,
+        "minRequestMs and minTotalMs must not exceed requestMs and totalMs",
+      ),
+    ),
     { requestMs: 2_000, totalMs: 10_000 },
   ),
 };
@@ -204,6 +220,15 @@ export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "result
   /** The raw network defaults of the node config. */
   defaults: Record<string, unknown>;
 };
+
+/** The least timeouts a network config may set: the node's `min*` keys, else the defaults. */
+export function timeoutFloors(node: Pick<NodeConfig, "timeouts">): typeof DEFAULT_TIMEOUT_FLOORS {
+  const t = node.timeouts;
+  return {
+    requestMs: t.minRequestMs ?? Math.min(DEFAULT_TIMEOUT_FLOORS.requestMs, t.requestMs),
+    totalMs: t.minTotalMs ?? Math.min(DEFAULT_TIMEOUT_FLOORS.totalMs, t.totalMs),
+  };
+}
 
 /** Validated per-network settings, timeouts resolved against the node's. */
 export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"> & {
@@ -292,8 +317,17 @@ function refuseNodeKeys(ipam: Record<string, unknown>, node: NodeConfig): void {
 
 const MERGED = ["classes", "gateways", "prefixLengths"] as const;
 
-/** The network settings: node defaults under the ipam block (key by key in MERGED objects). */
-export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): NetworkConfig {
+/**
+ * The network settings: node defaults under the ipam block (key by key in
+ * MERGED objects). Timeouts above the node's limits are refused; below its
+ * floor, an ADD is refused and any other verb is held to the floor (a
+ * release is never refused for an attachment made before the floor was).
+ */
+export function parseNetwork(
+  ipam: Record<string, unknown>,
+  node: NodeConfig,
+  verb = "ADD",
+): NetworkConfig {
   refuseNodeKeys(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
   for (const key of NETWORK_KEYS) {
@@ -320,13 +354,28 @@ export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): N
     );
   }
   const limit = node.timeouts;
-  const t = { ...limit, ...parsed.data.timeouts };
+  const t = {
+    requestMs: parsed.data.timeouts?.requestMs ?? limit.requestMs,
+    totalMs: parsed.data.timeouts?.totalMs ?? limit.totalMs,
+  };
+  const floor = timeoutFloors(node);
   for (const k of ["requestMs", "totalMs"] as const) {
     if (t[k] > limit[k]) {
       throw new CniError(
         "config",
         `field ipam.timeouts.${k}: must be at most ${limit[k]}, the node's limit`,
         `node config ${node.path} sets timeouts.${k}`,
+      );
+    }
+    if (t[k] < floor[k] && verb !== "ADD") t[k] = floor[k];
+    else if (t[k] < floor[k]) {
+      const key = k === "requestMs" ? "minRequestMs" : "minTotalMs";
+      throw new CniError(
+        "config",
+        `field ipam.timeouts.${k}: must be at least ${floor[k]}, the node's floor`,
+        `raise ipam.timeouts.${k} or leave it out (the node's ${limit[k]} applies); a network ` +
+          `may not give up on Milo sooner than the node allows: root lowers the floor with ` +
+          `timeouts.${key} in the node config ${node.path}`,
       );
     }
   }

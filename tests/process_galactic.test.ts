@@ -76,6 +76,10 @@ async function withWorld(
       cluster: CLUSTER,
       node: NODE,
       agent: mode === "agent",
+      // Steps that need fast failures lower their network's timeouts: the node allows it.
+      nodeConfig: {
+        timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 300, minTotalMs: 1000 },
+      },
     });
     if (mode === "agent") await plugin.startAgent();
     const bin = await installMasters(dir);

@@ -2,16 +2,19 @@
  * Fail closed, third round, through the installed agent: what a namespace user
  * or a local process can do to the node's other tenants. libcni result cache
  * entries sized by a NetworkAttachmentDefinition's author do not push the
- * agent past its memory limit, and connections held open on the metrics port
- * do not blind the scrapes.
+ * agent past its memory limit, connections held open on the metrics port do
+ * not blind the scrapes, and a network config cannot give up on Milo faster
+ * than the node allows.
  */
 import assert from "node:assert/strict";
 import { Holdings } from "../lib/holdings.ts";
 import { stateFileOf } from "../lib/liveness.ts";
 import { fakeMilo } from "../testing/fake_milo.ts";
 import { fixture, reply } from "../testing/milo_fixtures.ts";
+import { Journal } from "../lib/journal.ts";
+import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { freePort, TOKEN, until } from "../testing/process.ts";
+import { assertCniError, freePort, PLUGIN_SEED, TOKEN, until } from "../testing/process.ts";
 
 /** The agent container's memory limit (deploy/agent.yaml). */
 const AGENT_LIMIT_MIB = 256;
@@ -196,5 +199,24 @@ Deno.test("agent metrics: connections held open and re-opened as they close do n
   } finally {
     await p.cleanup();
     await fake.close();
+  }
+});
+
+Deno.test("a network config's requestMs of 50 against creates answered after 80 ms is refused (7) before any request", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED, tls: true });
+  const plugin = await installPlugin({ miloUrl: milo.url, token: TOKEN, caFile: milo.caFile });
+  try {
+    await milo.setFaults({ latencyMs: 80, methods: ["POST"] });
+    const conf = plugin.netConf({ timeouts: { requestMs: 50 } });
+    await milo.resetStats();
+    const add = await plugin.run({ command: "ADD", containerId: "hasty", stdin: conf });
+    assertCniError(add, 7, /ipam\.timeouts\.requestMs: must be at least 1000, the node's floor/);
+    assert.equal((await milo.stats()).total, 0, "nothing sent to Milo");
+    const del = await plugin.run({ command: "DEL", containerId: "hasty", stdin: conf });
+    assert.equal(del.code, 0, `a DEL is held to the floor, not refused: ${del.stdout}`);
+    assert.deepEqual(await new Journal(plugin.stateDir).list(), [], "no release owed");
+  } finally {
+    await plugin.cleanup();
+    await milo.stop();
   }
 });
