@@ -9,6 +9,7 @@ import {
   recordsAnother,
 } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
+import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
@@ -47,6 +48,7 @@ export const add: Handler = async (inv) => {
         "other namespaces' ADDs go on",
     );
   }
+  requireIdentityGrant(inv.node, inv.attachment);
   const names = claimNamesOf(inv);
   const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);

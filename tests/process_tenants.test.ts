@@ -3,8 +3,9 @@
  * or a local process can do to the node's other tenants. libcni result cache
  * entries sized by a NetworkAttachmentDefinition's author do not push the
  * agent past its memory limit, connections held open on the metrics port do
- * not blind the scrapes, and a network config cannot give up on Milo faster
- * than the node allows.
+ * not blind the scrapes, a network config cannot give up on Milo faster than
+ * the node allows, and churned pods cannot pin a shared pool with retained
+ * addresses.
  */
 import assert from "node:assert/strict";
 import { Holdings } from "../lib/holdings.ts";
@@ -14,7 +15,15 @@ import { fixture, reply } from "../testing/milo_fixtures.ts";
 import { Journal } from "../lib/journal.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
-import { assertCniError, freePort, PLUGIN_SEED, TOKEN, until } from "../testing/process.ts";
+import {
+  assertCniError,
+  assertOk,
+  freePort,
+  ipsOf,
+  PLUGIN_SEED,
+  TOKEN,
+  until,
+} from "../testing/process.ts";
 
 /** The agent container's memory limit (deploy/agent.yaml). */
 const AGENT_LIMIT_MIB = 256;
@@ -215,6 +224,53 @@ Deno.test("a network config's requestMs of 50 against creates answered after 80 
     const del = await plugin.run({ command: "DEL", containerId: "hasty", stdin: conf });
     assert.equal(del.code, 0, `a DEL is held to the floor, not refused: ${del.stdout}`);
     assert.deepEqual(await new Journal(plugin.stateDir).list(), [], "no release owed");
+  } finally {
+    await plugin.cleanup();
+    await milo.stop();
+  }
+});
+
+Deno.test("churned pods of a network asking for pod identity pin nothing: only the node grants it", async () => {
+  // One 14-address pool, shared by every namespace.
+  const seed = structuredClone(PLUGIN_SEED) as typeof PLUGIN_SEED;
+  seed.projects[0].ipPools[0].spec.cidr = "10.40.0.0/28";
+  const milo = await startMiloDev({ seed, tls: true });
+  const plugin = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    caFile: milo.caFile,
+    // Root grants pod identity to the namespace of a StatefulSet alone.
+    nodeConfig: { allowIdentities: [{ namespace: "db", identity: "pod" }] },
+  });
+  try {
+    const v4 = { classes: { ipv4: "vpc-pods-ipv4" } };
+    const stable = plugin.netConf({ ...v4, identity: "pod" });
+    // A Deployment in namespace web churns 14 pods, each under a new name.
+    for (let i = 0; i < 14; i++) {
+      const pod = { containerId: `web-${i}`, podNamespace: "web", podName: `web-7d9f-${i}` };
+      const add = await plugin.run({ command: "ADD", ...pod, stdin: stable });
+      assertCniError(add, 7, /field ipam\.identity: "pod" is the node's to grant.*namespace web/);
+      assert.match(add.json?.details as string, /allowIdentities/);
+      assertOk(await plugin.run({ command: "DEL", ...pod, stdin: stable }));
+    }
+    // The StatefulSet's db-0, granted, returns under its name 14 times: one address, re-bound.
+    const seen = new Set<string>();
+    for (let i = 0; i < 14; i++) {
+      const pod = { containerId: `db-${i}`, podNamespace: "db", podName: "db-0" };
+      const add = await plugin.run({ command: "ADD", ...pod, stdin: stable });
+      assertOk(add);
+      seen.add(ipsOf(add)[0].address);
+      assertOk(await plugin.run({ command: "DEL", ...pod, stdin: stable }));
+    }
+    assert.equal(seen.size, 1, `db-0's address each time: ${[...seen]}`);
+    assert.equal((await milo.stats()).retained, 1, "one address retained, db-0's");
+    const shop = await plugin.run({
+      command: "ADD",
+      containerId: "shop-1",
+      podNamespace: "shop",
+      stdin: plugin.netConf(v4),
+    });
+    assertOk(shop);
   } finally {
     await plugin.cleanup();
     await milo.stop();

@@ -62,6 +62,7 @@ Deno.test("config: a network config may not set node settings, unless equal to t
       [{ resultsDirs: ["/tmp"] }, "resultsDirs"],
       [{ hostIdFile: "/tmp/id" }, "hostIdFile"],
       [{ milo: { namespace: "kube-system" } }, "milo"],
+      [{ allowIdentities: [{ namespace: "evil" }] }, "allowIdentities"],
     ] as const
   ) {
     throwsCni(() => parseNetConf(conf(over), n, "ADD"), 7, new RegExp(`ipam\\.${key}.*node`));
@@ -192,6 +193,9 @@ Deno.test("config: errors name the field", () => {
   throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
   throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
   throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
+  throwsCni(() => node({ allowIdentities: [{}] }), 7, /allowIdentities.*namespace or a network/);
+  throwsCni(() => node({ allowIdentities: [{ namespace: "A_b" }] }), 7, /DNS-1123/);
+  throwsCni(() => node({ allowIdentities: [{ network: "n", identity: "x" }] }), 7, /identity/);
 });
 
 Deno.test("config: the old node config path is read, with a warning, when the default is absent", async () => {
