@@ -113,10 +113,8 @@ export class Journal {
   }
 
   /** Counts the entries owed, rebuilds the shares' counts and flags; answers the count. */
-  async countOwed(): Promise<number> {
-    const entries = await this.#entries();
-    await this.#shares.recount(entries);
-    return entries.files.length;
+  countOwed(): Promise<number> {
+    return this.#shares.recount(() => this.#entries());
   }
 
   /** The entry files, each one's share read on demand. */

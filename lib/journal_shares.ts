@@ -76,9 +76,14 @@ export class Shares {
    * full now; `total` is the node's count of entries (at the node's limit,
    * every share is judged again).
    */
-  async added(share: string, file: string, total: number, entries: () => Promise<Entries>) {
+  async added(
+    share: string,
+    file: string,
+    total: number,
+    entries: () => Promise<Entries>,
+  ): Promise<void> {
     const owed = await this.#mark(share, file);
-    if (total >= this.#max) await this.recount(await entries());
+    if (total >= this.#max) await this.recount(entries);
     else if (owed >= this.#shareMax) {
       await this.#flag(hashOf(share), { share, owed, limit: this.#shareMax });
     }
@@ -92,14 +97,21 @@ export class Shares {
   /**
    * Rebuilds the markers from the journal's entries (an entry without one is
    * read for its share; a marker without an entry is removed) and sets or
-   * clears every share's flag.
+   * clears every share's flag; answers the count of entries. Markers are
+   * listed before the entries: an entry journaled meanwhile is found
+   * unmarked and marked, never its marker taken for a stale one.
    */
-  async recount(entries: Entries): Promise<void> {
+  async recount(listEntries: () => Promise<Entries>): Promise<number> {
+    const markers = new Map<string, string[]>();
+    for (const hash of await list(this.#dir, (e) => e.isDirectory)) {
+      markers.set(hash, await list(`${this.#dir}/${hash}`, (e) => e.isFile));
+    }
+    const entries = await listEntries();
     const present = new Set(entries.files);
     const byShare = new Map<string, Set<string>>();
-    for (const hash of await list(this.#dir, (e) => e.isDirectory)) {
+    for (const [hash, names] of markers) {
       const files = new Set<string>();
-      for (const f of await list(`${this.#dir}/${hash}`, (e) => e.isFile)) {
+      for (const f of names) {
         if (present.has(f)) files.add(f);
         else await Deno.remove(`${this.#dir}/${hash}/${f}`).catch(() => {});
       }
@@ -127,14 +139,17 @@ export class Shares {
     }
     for (const [hash, files] of byShare) {
       if (!files.size) {
-        for (const p of [hash, `${hash}.share`, `${hash}.full`]) {
-          await Deno.remove(`${this.#dir}/${p}`, { recursive: true }).catch(() => {});
+        // Not recursive: a marker written meanwhile keeps its share.
+        const gone = await Deno.remove(`${this.#dir}/${hash}`).then(() => true, () => false);
+        for (const p of gone ? [`${hash}.share`, `${hash}.full`] : []) {
+          await Deno.remove(`${this.#dir}/${p}`).catch(() => {});
         }
       } else if (files.size >= limit) {
         const share = await Deno.readTextFile(`${this.#dir}/${hash}.share`).catch(() => hash);
         await this.#flag(hash, { share, owed: files.size, limit });
       } else await Deno.remove(`${this.#dir}/${hash}.full`).catch(() => {});
     }
+    return total;
   }
 
   /** Writes the marker of `file` in `share`'s directory; answers the share's count. */
