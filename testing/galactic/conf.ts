@@ -7,7 +7,7 @@
  * nothing is copied.
  */
 import { BGP_PLUGIN, HOST_INTERFACE_ANNOTATION, isBase62, nadPath } from "./chain.ts";
-import { CniError, GoError, type Json, log, setupLogging } from "./skel.ts";
+import { CniError, GoError, goQuote, type Json, log, setupLogging } from "./skel.ts";
 
 const env = (k: string) => Deno.env.get(k) ?? "";
 
@@ -33,17 +33,15 @@ function decode(stdin: Uint8Array): Json {
     throw new CniError(7, "invalid CNI config", (err as Error).message);
   }
   const r = (raw ?? {}) as Json;
-  const bad = (k: string, t: string) => r[k] !== undefined && r[k] !== null && typeof r[k] !== t;
-  const field =
-    ["cniVersion", "name", "type", "vpc", "vpcattachment", "namespace"].find((k) =>
-      bad(k, "string")
-    ) ??
-      (bad("mtu", "number") || (typeof r.mtu === "number" && !Number.isInteger(r.mtu))
-        ? "mtu"
-        : undefined) ??
-      (bad("ipam", "object") || Array.isArray(r.ipam) ? "ipam" : undefined);
-  if (field) {
-    throw new CniError(7, "invalid CNI config", `json: cannot unmarshal field ${field}`);
+  const present = (k: string) => r[k] !== undefined && r[k] !== null;
+  const wrong = [
+    ...["cniVersion", "name", "type", "vpc", "vpcattachment", "namespace"]
+      .filter((k) => present(k) && typeof r[k] !== "string"),
+    ...(present("mtu") && !Number.isInteger(r.mtu) ? ["mtu"] : []),
+    ...(present("ipam") && (typeof r.ipam !== "object" || Array.isArray(r.ipam)) ? ["ipam"] : []),
+  ];
+  if (wrong.length) {
+    throw new CniError(7, "invalid CNI config", `json: cannot unmarshal field ${wrong[0]}`);
   }
   const ipam = r.ipam as Json | null | undefined;
   if (ipam && ipam.type !== undefined && ipam.type !== null && typeof ipam.type !== "string") {
@@ -60,7 +58,7 @@ export function parseConf(stdin: Uint8Array): PluginConf {
     if (!v) throw new CniError(7, `${field} is required and must be a non-empty base62 string`);
     if (!isBase62(v)) {
       const shown = /^[\x20-\x7e]*$/.test(v) ? v : "<binary>"; // SanitizeForError
-      throw new CniError(7, `invalid base62 value for field '${field}': ${JSON.stringify(shown)}`);
+      throw new CniError(7, `invalid base62 value for field '${field}': ${goQuote(shown)}`);
     }
   }
   // The node name (env > conflist > legacy NODE_NAME > API), then exported for the rest of the
@@ -144,7 +142,7 @@ export function verifyChain(dir: string, name: string, ns: string): void {
   }
   let list: Json;
   try {
-    list = JSON.parse(config);
+    list = JSON.parse(config) ?? {};
     if (list.plugins !== undefined && list.plugins !== null && !Array.isArray(list.plugins)) {
       throw new Error("json: cannot unmarshal plugins");
     }

@@ -156,7 +156,7 @@ function decodeResult(r: Json): void {
     if (v === undefined || v === null) return;
     if (typeof v !== "string") fail("gateway: not a string");
     if (v !== "" && !parseIp(v as string)) {
-      throw new GoError(`ParseIP(${goQuote(v as string)}) failed`);
+      throw new GoError(`invalid IP address: ${v}`);
     }
   };
   str(r.cniVersion, "cniVersion into string");

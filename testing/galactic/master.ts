@@ -151,7 +151,9 @@ async function cmdAdd(a: Args): Promise<void> {
     }
     // hostgw.ConfigureHostGateway: a family without a gateway is skipped silently.
     if (env("GALACTIC_MASTER_TEST_FAIL_AT") === "after-ipam") {
-      throw wrap("configure host gateway", new GoError("test knob GALACTIC_MASTER_TEST_FAIL_AT"));
+      // veth wraps hostgw's error (internal/cni/result.go); tap returns it as it is.
+      const e = new GoError("add gateway address: test knob GALACTIC_MASTER_TEST_FAIL_AT");
+      throw tap() ? e : wrap("configure host gateway", e);
     }
     const mac = macOf(host), mtu = conf.mtu || 1500;
     const interfaces = tap()
@@ -283,7 +285,8 @@ async function cmdDel(a: Args): Promise<void> {
     vpc: conf.vpc,
     vpcAttachment: conf.vpcattachment,
   });
-  print({ cniVersion: conf.cniVersion, dns: {} });
+  // types.PrintResult converts to the config's version; an empty one fails and prints nothing.
+  if (conf.cniVersion) print({ cniVersion: conf.cniVersion, dns: {} });
 }
 
 /**
