@@ -215,13 +215,15 @@ async function ownExisting(
 }
 
 /**
- * True when the holder `claim` records is a pod of `a`'s namespace (or neither
- * records one): only then may an error this ADD returns describe it.
+ * False when the holder `claim` records is a pod of another namespace than
+ * `a`'s: an error this ADD returns describes it only otherwise. A holder that
+ * records no pod is a sandbox of no namespace (a runtime without Kubernetes'
+ * arguments, which no network config of a namespace can make).
  */
 function sameNamespace(claim: IPClaim, a: Attachment): boolean {
-  const pod = holderOf(claim).pod ?? "";
-  const ns = pod.includes("/") ? pod.slice(0, pod.indexOf("/")) : "";
-  return ns === (a.podNamespace ?? "");
+  const pod = holderOf(claim).pod;
+  if (pod === undefined || !pod.includes("/")) return true;
+  return pod.slice(0, pod.indexOf("/")) === (a.podNamespace ?? "");
 }
 
 /**
