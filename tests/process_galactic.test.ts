@@ -212,15 +212,19 @@ for (const mode of MODES) {
       const claims = () => milo.listClaims("tenant-a", `${KEYS.cluster}=${CLUSTER}`);
       const claimsOf = async (cid: string) =>
         (await claims()).filter((c) => c.metadata.annotations?.[KEYS.containerId] === cid);
-      /** The addresses Milo holds retained (milo-dev writes them in `spec.cidr`). */
+      /**
+       * The addresses Milo holds retained: allocations bound to no claim (Milo clears
+       * `spec.claimRef`, `internal/registry/ipam/ipclaim/storage.go` unbindAllocation; its
+       * address is `status.allocatedCIDR`, milo-dev's `spec.cidr`).
+       */
       const retained = async () => {
         const r = await miloApi<{ items: { spec: Json; status: Json }[] }>(
           milo,
           "GET",
           "/namespaces/default/ipallocations",
         );
-        return r.body.items.filter((a) => ["Retained", "Expiring"].includes(String(a.status.phase)))
-          .map((a) => normCidr(String(a.spec.cidr ?? a.status.allocatedCIDR)));
+        return r.body.items.filter((a) => !a.spec.claimRef)
+          .map((a) => normCidr(String(a.status.allocatedCIDR ?? a.spec.cidr)));
       };
       const pluginLines = async (cid: string) =>
         (await plugin.logLines()).filter((l) => l.containerId === cid);
