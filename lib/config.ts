@@ -131,7 +131,12 @@ const nodeShape = {
         namespace: z.optional(nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"))),
         network: z.optional(bounded),
         identity: z.optional(z.enum(["pod", "network"])),
-      }).check(z.refine((g) => !!(g.namespace || g.network), "must name a namespace or a network")),
+      }).check(
+        z.refine(
+          (g) => !!(g.namespace || g.network || g.identity),
+          "must name a namespace, a network or an identity",
+        ),
+      ),
     ).check(z.maxLength(1024)),
     [],
   ),

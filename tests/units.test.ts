@@ -193,7 +193,11 @@ Deno.test("config: errors name the field", () => {
   throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
   throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
   throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
-  throwsCni(() => node({ allowIdentities: [{}] }), 7, /allowIdentities.*namespace or a network/);
+  throwsCni(
+    () => node({ allowIdentities: [{}] }),
+    7,
+    /allowIdentities.*a namespace, a network or an identity/,
+  );
   throwsCni(() => node({ allowIdentities: [{ namespace: "A_b" }] }), 7, /DNS-1123/);
   throwsCni(() => node({ allowIdentities: [{ network: "n", identity: "x" }] }), 7, /identity/);
 });
