@@ -107,11 +107,6 @@ export class Journal {
     return this.#shares.full(shareOf(a));
   }
 
-  /** The limits: entries owed by the node, by one share. */
-  get limits(): { node: number; share: number } {
-    return this.#shares.limits;
-  }
-
   /** Counts the entries owed, rebuilds the shares' counts and flags; answers the count. */
   countOwed(): Promise<number> {
     return this.#shares.recount(() => this.#entries());

@@ -47,11 +47,6 @@ export class Shares {
     this.#shareMax = shareMax;
   }
 
-  /** The limits: the node's, and one share's. */
-  get limits(): { node: number; share: number } {
-    return { node: this.#max, share: this.#shareMax };
-  }
-
   /** Why `share`'s ADDs are refused, or undefined while they are not (one file read). */
   full(share: string): FullShare | undefined {
     const flag = `${this.#dir}/${hashOf(share)}.full`;
