@@ -2,8 +2,9 @@
  * `milo-ipam agent`: one resident process per node. It answers the exec'd
  * plugin's invocations on a unix socket with the same `invoke` the plugin
  * runs itself, over one warm HTTP client (kept-alive connections, no TLS
- * handshake per call), runs the node reconcile on a timer, and serves
- * Prometheus metrics on a loopback port.
+ * handshake per call), runs the node reconcile on a timer, serves
+ * Prometheus metrics and its readiness and liveness probes on the port
+ * `agent.metrics` names, and writes what it logs to stdout as well.
  */
 import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
@@ -16,18 +17,27 @@ import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { Holdings } from "./holdings.ts";
+import { Journal } from "./journal.ts";
 import { MiloLimiter } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
-import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
+import { ownSocketDir, requirePrivateDirs, untrustedSocket } from "./owned.ts";
 import { dirOf } from "./paths.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
+import { RELEASE, requireStateFormat } from "./version.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
+/**
+ * How long an answer of Milo that accepted the node's token keeps the agent
+ * ready: an idle node asks Milo once per this for its readiness.
+ */
+export const READY_FRESH_MS = 300_000;
+/** How long a failed readiness check is answered again before Milo is asked again. */
+export const READY_RETRY_MS = 10_000;
 
 /** One HTTP client for as long as the node's TLS material and proxy stay the same. */
 class WarmClient {
@@ -61,7 +71,7 @@ export class Agent {
   /** One limiter of Milo requests for every call and the reconcile (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
-  readonly #logger = new Logger();
+  readonly #logger = new Logger(undefined, "info", { stdout: true });
   #listener: Deno.Listener | undefined;
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -69,11 +79,17 @@ export class Agent {
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
+  /** When Milo last answered a request with the node's token accepted (ms since epoch). */
+  #provenAt = 0;
+  /** The last readiness check made here, and what it found (null: ready). */
+  #checked: { at: number; failure: string | null } | undefined;
+  #checking: Promise<string | null> | undefined;
 
   constructor(node: NodeConfig, env: (name: string) => string | undefined) {
     this.#node = node;
     this.#env = env;
     this.#logger.configure(node.log.file, node.log.level);
+    this.metrics.release = RELEASE;
   }
 
   /** The socket path it listens on. */
@@ -85,6 +101,7 @@ export class Agent {
   async start(): Promise<void> {
     const path = this.socket;
     requirePrivateDirs(this.#node);
+    requireStateFormat(this.#node.stateDir);
     ownSocketDir(dirOf(path));
     await removeStaleSocket(path);
     this.#listener = Deno.listen({ transport: "unix", path });
@@ -97,6 +114,7 @@ export class Agent {
         m.slice(0, at).replace(/^\[|\]$/g, ""),
         Number(m.slice(at + 1)),
         () => this.#renderMetrics(),
+        { ready: () => this.readiness(), live: () => Promise.resolve(this.liveness()) },
       );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
@@ -276,6 +294,10 @@ export class Agent {
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
+        if (e.status === 401 || e.status === 403) this.#provenAt = 0;
+        else if (typeof e.status === "number" && e.status < 500 && ![408, 429].includes(e.status)) {
+          this.#provenAt = Date.now();
+        }
       },
     });
   }
@@ -329,7 +351,60 @@ export class Agent {
       .then((s) => s.size, () => 0);
     this.metrics.rateLimit.set(this.#limiter.rate);
     this.metrics.concurrencyLimit.set(this.#limiter.concurrency);
+    const journal = new Journal(this.#node.stateDir);
+    this.metrics.journalOwed.set(await journal.countOwed().catch(() => NaN));
+    this.metrics.journalMax.set(journal.max);
+    this.metrics.ready.set(await this.readiness() === null ? 1 : 0);
     return this.metrics.render(size);
+  }
+
+  /**
+   * The readiness probe (the STATUS rule): null while Milo answered a request
+   * with the node's token accepted within {@link READY_FRESH_MS}; else one
+   * authenticated request now (IPClasses, and the node config's default
+   * classes present), its failure answered for {@link READY_RETRY_MS}.
+   */
+  readiness(): Promise<string | null> {
+    const now = Date.now();
+    if (now - this.#provenAt < READY_FRESH_MS) return Promise.resolve(null);
+    const c = this.#checked;
+    if (c && c.failure !== null && now - c.at < READY_RETRY_MS) return Promise.resolve(c.failure);
+    this.#checking ??= this.#checkMilo().then((failure) => {
+      this.#checked = { at: Date.now(), failure };
+      return failure;
+    }).finally(() => this.#checking = undefined);
+    return this.#checking;
+  }
+
+  async #checkMilo(): Promise<string | null> {
+    try {
+      const node = await readNodeConfig(this.#env);
+      const t = node.timeouts;
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs);
+      const names = await milo.listClassNames();
+      const classes = node.defaults.classes as { ipv4?: string; ipv6?: string } | undefined;
+      const want = [classes?.ipv4, classes?.ipv6].filter((c): c is string => !!c);
+      const missing = want.filter((c) => !names.includes(c));
+      if (missing.length) return `IPClass ${missing.join(", ")} not found in Milo`;
+      this.#provenAt = Date.now();
+      return null;
+    } catch (err) {
+      return `Milo is not usable with the node's token: ${toCniError(err).message}`;
+    }
+  }
+
+  /** The liveness probe: null while the agent's socket is its own, else why not. */
+  liveness(): string | null {
+    const path = this.socket;
+    const info = (() => {
+      try {
+        return Deno.lstatSync(path);
+      } catch {
+        return null;
+      }
+    })();
+    if (!info) return `the agent socket ${path} is gone`;
+    return untrustedSocket(path) ?? null;
   }
 }
 
