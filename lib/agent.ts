@@ -71,7 +71,7 @@ export class Agent {
   /** One limiter of Milo requests for every call and the reconcile (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
-  readonly #logger = new Logger(undefined, "info", { stdout: true });
+  readonly #logger: Logger;
   #listener: Deno.Listener | undefined;
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -85,9 +85,15 @@ export class Agent {
   #checked: { at: number; failure: string | null } | undefined;
   #checking: Promise<string | null> | undefined;
 
-  constructor(node: NodeConfig, env: (name: string) => string | undefined) {
+  /** `stdout`: every record logged is written to stdout too (`kubectl logs`). */
+  constructor(
+    node: NodeConfig,
+    env: (name: string) => string | undefined,
+    o: { stdout?: boolean } = {},
+  ) {
     this.#node = node;
     this.#env = env;
+    this.#logger = new Logger(undefined, "info", { stdout: o.stdout });
     this.#logger.configure(node.log.file, node.log.level);
     this.metrics.release = RELEASE;
   }
@@ -142,7 +148,9 @@ export class Agent {
     await Deno.remove(this.socket).catch(() => {});
     const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
-    await this.#metricsServer?.close();
+    const metrics = this.#metricsServer;
+    this.#metricsServer = undefined;
+    await metrics?.close();
     this.#warm.close();
   }
 
@@ -437,7 +445,7 @@ export async function agentCli(args: string[]): Promise<number> {
   }
   const env = (n: string) =>
     n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
-  const agent = new Agent(await readNodeConfig(env), env);
+  const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();
   console.error(`milo-ipam agent listening on ${agent.socket}`);
   const { promise, resolve } = Promise.withResolvers<string>();
