@@ -1,4 +1,4 @@
-import { redactedJson } from "./errors.ts";
+import { errorText, redactedJson } from "./errors.ts";
 import { appendOwned } from "./owned.ts";
 import { within } from "./timers.ts";
 
@@ -75,7 +75,7 @@ export class Logger {
     const max = this.#o.rotateBytes ?? LOG_ROTATE_BYTES;
     const wrote = appendOwned(file, bytes, 0o640)
       .then((at) => at.size >= max ? rotate(file, at.ino) : undefined)
-      .then(() => undefined, (err) => err instanceof Error ? err.message : String(err));
+      .then(() => undefined, (err) => errorText(err));
     const failure = await within(wrote, timeoutMs, () => `timed out after ${timeoutMs} ms`);
     if (failure) console.error(`milo-ipam: cannot write log file ${file}: ${failure}`);
   }
