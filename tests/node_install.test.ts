@@ -24,7 +24,9 @@ const OVERLAY = `${ROOT}deploy/overlays/cluster-a`;
 
 /** The argv of a rendered container's command with the image's paths moved to `image`. */
 function command(kind: string, name: string, image: string): string[] {
-  const docs = kustomize(kind === "DaemonSet/milo-ipam-uninstall" ? `${OVERLAY}/uninstall` : OVERLAY);
+  const docs = kustomize(
+    kind === "DaemonSet/milo-ipam-uninstall" ? `${OVERLAY}/uninstall` : OVERLAY,
+  );
   const d = docs.find((d) => `${d.kind}/${d.metadata.name}` === kind)!;
   const spec = d.kind === "CronJob" ? d.spec.jobTemplate.spec.template.spec : d.spec.template.spec;
   const c = spec.initContainers.find((c: Any) => c.name === name);
@@ -153,7 +155,10 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       await n.setConfigMap({ ...n.v, stateDirectory: "/x" }, milosCa);
       r = await n.run("install");
       assert.equal(r.code, 1);
-      assert.match(r.stderr, /field stateDirectory: unknown key; the nearest known key is stateDir/);
+      assert.match(
+        r.stderr,
+        /field stateDirectory: unknown key; the nearest known key is stateDir/,
+      );
 
       // A node name in the ConfigMap, a bad NODE_NAME, no token: refused.
       await n.setConfigMap({ ...n.v, node: "node-1" }, milosCa);
@@ -163,19 +168,27 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       await n.setSecret({});
       assert.match((await n.run("install")).stderr, /secret\/token is missing or empty/);
       await n.setSecret({ token: TOKEN + "\n", "ca.crt": milosCa });
-      assert.match((await n.run("install")).stderr, /ca\.crt is in both the ConfigMap and the Secret/);
+      assert.match(
+        (await n.run("install")).stderr,
+        /ca\.crt is in both the ConfigMap and the Secret/,
+      );
 
       // The CA in the Secret, the rest in the ConfigMap: installed.
       await n.setConfigMap(n.v, null);
       r = await n.run("install");
       assert.equal(r.code, 0, r.stderr);
-      assert.match(r.stderr, new RegExp(`milo-ipam ${RELEASE} installed: .*milo-ipam \\((compiled|launcher)\\)`));
+      assert.match(
+        r.stderr,
+        new RegExp(`milo-ipam ${RELEASE} installed: .*milo-ipam \\((compiled|launcher)\\)`),
+      );
       const written = JSON.parse(await Deno.readTextFile(n.files.nodeConfig));
       assert.equal(written.node, "node-17", "the node's name from NODE_NAME");
       assert.equal(await Deno.readTextFile(n.v.milo.tokenFile), TOKEN + "\n");
       assert.equal((await Deno.stat(n.v.milo.tokenFile)).mode! & 0o777, 0o600);
       assert.equal(await Deno.readTextFile(n.v.milo.caFile), milosCa.trim() + "\n");
-      for (const d of [n.v.stateDir, `${n.root}/var/log/milo-ipam`, `${n.root}/run/milo-ipam-secrets`]) {
+      for (
+        const d of [n.v.stateDir, `${n.root}/var/log/milo-ipam`, `${n.root}/run/milo-ipam-secrets`]
+      ) {
         assert.equal((await Deno.stat(d)).mode! & 0o777, 0o700, `${d} is root's alone`);
       }
 
@@ -206,7 +219,10 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       await Deno.remove(n.v.agent.socket);
       r = await n.run("uninstall");
       assert.equal(r.code, 1);
-      assert.match(r.stderr, /1 attachment\(s\) on this node hold milo-ipam leases.*delete the pods/);
+      assert.match(
+        r.stderr,
+        /1 attachment\(s\) on this node hold milo-ipam leases.*delete the pods/,
+      );
       assert.ok(await Deno.stat(`${n.files.bin}/milo-ipam`), "nothing removed");
 
       // The pod deleted (its DEL released the lease): everything goes.
