@@ -11,14 +11,14 @@ import type { NodeConfig } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
-import { invoke, type Reply } from "./invoke.ts";
+import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
-import { MiloLimiter } from "./limiter.ts";
+import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
 import { ownSocketDir, requirePrivateDirs, untrustedSocket } from "./owned.ts";
 import { dirOf } from "./paths.ts";
@@ -68,7 +68,7 @@ export class Agent {
   readonly metrics = new Metrics();
   readonly #env: (name: string) => string | undefined;
   readonly #warm = new WarmClient();
-  /** One limiter of Milo requests for every call and the reconcile (lib/limiter.ts). */
+  /** One limiter of Milo requests for every call and the reconcile, by flow (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
   readonly #logger: Logger;
@@ -245,21 +245,40 @@ export class Agent {
     if (gone.aborted) return undefined;
     const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
     const callId = crypto.randomUUID();
-    const reply = await invoke({ env, stdin, started: header.started, callId }, {
+    const reply = await this.#invoke({ env, stdin, started: header.started, callId }, {
       nodeConfig: () => readNodeConfig(env),
-      openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone),
       onDeadline: (deadline, cniVersion) => send({ kind: "ack", deadline, cniVersion }),
-    });
+    }, gone);
     const node = reply.node;
     if (node && gone.aborted && !caller.tookOver && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
-      const undo = await invoke({ env: del, stdin, started: Date.now(), undoOf: callId }, {
+      const undo = await this.#invoke({ env: del, stdin, started: Date.now(), undoOf: callId }, {
         nodeConfig: () => Promise.resolve(node),
-        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
       });
       await this.#record(undo, Date.now(), "undo: the ADD's caller is gone");
     }
     return reply;
+  }
+
+  /** One invocation over the warm client and the node's limiter; its slots end with it. */
+  async #invoke(
+    req: InvokeRequest,
+    deps: Omit<InvokeDeps, "openMilo">,
+    signal?: AbortSignal,
+  ): Promise<Reply> {
+    const calls: CallLimiter[] = [];
+    try {
+      return await invoke(req, {
+        ...deps,
+        openMilo: (node, requestMs, deadline, flow) => {
+          const call = this.#limiter.forCall(flow.route);
+          calls.push(call);
+          return this.#open(node, requestMs, deadline, call, flow.purpose, signal);
+        },
+      });
+    } finally {
+      for (const c of calls) c.close();
+    }
   }
 
   async #record(reply: Reply, started: number, why?: string): Promise<void> {
@@ -281,6 +300,8 @@ export class Agent {
     node: NodeConfig,
     requestMs: number,
     deadline: number,
+    limiter: CallLimiter,
+    purpose: Purpose,
     signal?: AbortSignal,
   ): Promise<MiloClient> {
     const [token, client] = await Promise.all([
@@ -298,7 +319,8 @@ export class Agent {
       deadline,
       client,
       signal,
-      limiter: this.#limiter,
+      limiter,
+      purpose,
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
@@ -323,13 +345,14 @@ export class Agent {
       const node = await readNodeConfig(this.#env);
       this.#node = node;
       const t = node.timeouts;
-      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs);
+      const call = this.#limiter.forCall(RECONCILE_ROUTE);
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs, call, "release");
       const r = await reconcile({
         node,
         milo,
         graceMs: node.reconcile.graceS * 1000,
         dryRun: false,
-      });
+      }).finally(() => call.close());
       const waiting = r.kept.filter((k) => /absent|younger/.test(k.reason)).length;
       this.metrics.reconcileCandidates.add({}, waiting + r.released.length);
       for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
@@ -388,8 +411,10 @@ export class Agent {
     try {
       const node = await readNodeConfig(this.#env);
       const t = node.timeouts;
-      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs);
-      const names = await milo.listClassNames();
+      // The node's own flow, as its reconcile's: a probe never takes a tenant's turn.
+      const call = this.#limiter.forCall(RECONCILE_ROUTE);
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs, call, "release");
+      const names = await milo.listClassNames().finally(() => call.close());
       const classes = node.defaults.classes as { ipv4?: string; ipv6?: string } | undefined;
       const want = [classes?.ipv4, classes?.ipv6].filter((c): c is string => !!c);
       const missing = want.filter((c) => !names.includes(c));

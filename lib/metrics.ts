@@ -130,13 +130,13 @@ export class Metrics {
       ...family(
         "milo_ipam_milo_rate_limit",
         "gauge",
-        "Requests per second the node's Milo limiter allows now (+Inf: no limit).",
+        "Requests per second the node's Milo limiter allows its most limited flow now (+Inf: none).",
         this.rateLimit.lines("milo_ipam_milo_rate_limit"),
       ),
       ...family(
         "milo_ipam_milo_concurrency_limit",
         "gauge",
-        "Milo requests the node's limiter lets be in flight at once now.",
+        "Milo requests the node's limiter lets its most limited flow have in flight at once now.",
         this.concurrencyLimit.lines("milo_ipam_milo_concurrency_limit"),
       ),
       ...family(
