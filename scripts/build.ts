@@ -67,6 +67,8 @@ export function launcherScript(deno: string, bundle: string, flags: string[]): s
     "#!/bin/sh",
     "# milo-ipam launcher, written by scripts/install.ts where deno compile was unavailable.",
     "export DENO_NO_UPDATE_CHECK=1 DENO_NO_PROMPT=1",
+    // Deno needs a cache directory: the install's own, root's (a container may have no home).
+    `export DENO_DIR=${shellQuote(join(dirname(bundle), "cache"))}`,
     `exec ${argv.map(shellQuote).join(" ")} "$@"`,
     "",
   ].join("\n");
