@@ -201,6 +201,17 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
         stdout: "piped",
       }).output();
       assert.match(new TextDecoder().decode(version.stdout), new RegExp(`^milo-ipam ${RELEASE} `));
+      // Its help, within its sandbox.
+      for (const args of [["--help"], ["show", "--help"], ["agent", "--help"]]) {
+        const h = await new Deno.Command(`${n.files.bin}/milo-ipam`, {
+          args,
+          clearEnv: true,
+          stdout: "piped",
+          stderr: "piped",
+        }).output();
+        assert.equal(h.code, 0, `${args}: ${new TextDecoder().decode(h.stderr)}`);
+        assert.match(new TextDecoder().decode(h.stdout), /^usage: milo-ipam/);
+      }
       // Its sandbox names only this cluster's Milo: another node config path is refused, in words.
       const other = await n.plugin("ADD", "c2", { MILO_IPAM_CONFIG: `${n.dir}/other.json` });
       assert.equal(other.code, 1);
