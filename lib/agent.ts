@@ -20,8 +20,9 @@ import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
 import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
-import { ownSocketDir, requirePrivateDirs, untrustedSocket } from "./owned.ts";
+import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
+import { Readiness, socketLiveness } from "./readiness.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
@@ -31,13 +32,6 @@ import { RELEASE, requireStateFormat } from "./version.ts";
 const REQUEST_READ_MS = 5_000;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
-/**
- * How long an answer of Milo that accepted the node's token keeps the agent
- * ready: an idle node asks Milo once per this for its readiness.
- */
-export const READY_FRESH_MS = 300_000;
-/** How long a failed readiness check is answered again before Milo is asked again. */
-export const READY_RETRY_MS = 10_000;
 
 /** One HTTP client for as long as the node's TLS material and proxy stay the same. */
 class WarmClient {
@@ -79,11 +73,8 @@ export class Agent {
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
-  /** When Milo last answered a request with the node's token accepted (ms since epoch). */
-  #provenAt = 0;
-  /** The last readiness check made here, and what it found (null: ready). */
-  #checked: { at: number; failure: string | null } | undefined;
-  #checking: Promise<string | null> | undefined;
+  /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
+  readonly #ready = new Readiness(() => this.#checkMilo());
 
   /** `stdout`: every record logged is written to stdout too (`kubectl logs`). */
   constructor(
@@ -120,7 +111,10 @@ export class Agent {
         m.slice(0, at).replace(/^\[|\]$/g, ""),
         Number(m.slice(at + 1)),
         () => this.#renderMetrics(),
-        { ready: () => this.readiness(), live: () => Promise.resolve(this.liveness()) },
+        {
+          ready: () => this.#ready.probe(),
+          live: () => Promise.resolve(socketLiveness(this.socket)),
+        },
       );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
@@ -324,10 +318,7 @@ export class Agent {
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
-        if (e.status === 401 || e.status === 403) this.#provenAt = 0;
-        else if (typeof e.status === "number" && e.status < 500 && ![408, 429].includes(e.status)) {
-          this.#provenAt = Date.now();
-        }
+        this.#ready.observe(e.status);
       },
     });
   }
@@ -385,28 +376,11 @@ export class Agent {
     const journal = new Journal(this.#node.stateDir);
     this.metrics.journalOwed.set(await journal.countOwed().catch(() => NaN));
     this.metrics.journalMax.set(journal.max);
-    this.metrics.ready.set(await this.readiness() === null ? 1 : 0);
+    this.metrics.ready.set(await this.#ready.probe() === null ? 1 : 0);
     return this.metrics.render(size);
   }
 
-  /**
-   * The readiness probe (the STATUS rule): null while Milo answered a request
-   * with the node's token accepted within {@link READY_FRESH_MS}; else one
-   * authenticated request now (IPClasses, and the node config's default
-   * classes present), its failure answered for {@link READY_RETRY_MS}.
-   */
-  readiness(): Promise<string | null> {
-    const now = Date.now();
-    if (now - this.#provenAt < READY_FRESH_MS) return Promise.resolve(null);
-    const c = this.#checked;
-    if (c && c.failure !== null && now - c.at < READY_RETRY_MS) return Promise.resolve(c.failure);
-    this.#checking ??= this.#checkMilo().then((failure) => {
-      this.#checked = { at: Date.now(), failure };
-      return failure;
-    }).finally(() => this.#checking = undefined);
-    return this.#checking;
-  }
-
+  /** Asks Milo with the node's token for its IPClasses; the node's default classes must be there. */
   async #checkMilo(): Promise<string | null> {
     try {
       const node = await readNodeConfig(this.#env);
@@ -419,25 +393,10 @@ export class Agent {
       const want = [classes?.ipv4, classes?.ipv6].filter((c): c is string => !!c);
       const missing = want.filter((c) => !names.includes(c));
       if (missing.length) return `IPClass ${missing.join(", ")} not found in Milo`;
-      this.#provenAt = Date.now();
       return null;
     } catch (err) {
       return `Milo is not usable with the node's token: ${toCniError(err).message}`;
     }
-  }
-
-  /** The liveness probe: null while the agent's socket is its own, else why not. */
-  liveness(): string | null {
-    const path = this.socket;
-    const info = (() => {
-      try {
-        return Deno.lstatSync(path);
-      } catch {
-        return null;
-      }
-    })();
-    if (!info) return `the agent socket ${path} is gone`;
-    return untrustedSocket(path) ?? null;
   }
 }
 

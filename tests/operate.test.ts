@@ -7,7 +7,8 @@
  * words; the node state's format record.
  */
 import assert from "node:assert/strict";
-import { Agent, READY_RETRY_MS } from "../lib/agent.ts";
+import { Agent } from "../lib/agent.ts";
+import { READY_RETRY_MS } from "../lib/readiness.ts";
 import { readNodeConfig } from "../lib/config_file.ts";
 import { nearestKey, parseNetwork, parseNodeConfig } from "../lib/config.ts";
 import { CniError, sandboxText, toCniError } from "../lib/errors.ts";
