@@ -2,8 +2,9 @@
  * `milo-ipam agent`: one resident process per node. It answers the exec'd
  * plugin's invocations on a unix socket with the same `invoke` the plugin
  * runs itself, over one warm HTTP client (kept-alive connections, no TLS
- * handshake per call), runs the node reconcile on a timer, and serves
- * Prometheus metrics on a loopback port.
+ * handshake per call), runs the node reconcile on a timer, serves
+ * Prometheus metrics and its readiness and liveness probes on the port
+ * `agent.metrics` names, and writes what it logs to stdout as well.
  */
 import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
@@ -16,13 +17,16 @@ import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { Holdings } from "./holdings.ts";
+import { Journal } from "./journal.ts";
 import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
 import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
+import { Readiness, socketLiveness } from "./readiness.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
+import { RELEASE, requireStateFormat } from "./version.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
@@ -61,7 +65,7 @@ export class Agent {
   /** One limiter of Milo requests for every call and the reconcile, by flow (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
-  readonly #logger = new Logger();
+  readonly #logger: Logger;
   #listener: Deno.Listener | undefined;
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -69,11 +73,20 @@ export class Agent {
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
+  /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
+  readonly #ready = new Readiness(() => this.#checkMilo());
 
-  constructor(node: NodeConfig, env: (name: string) => string | undefined) {
+  /** `stdout`: every record logged is written to stdout too (`kubectl logs`). */
+  constructor(
+    node: NodeConfig,
+    env: (name: string) => string | undefined,
+    o: { stdout?: boolean } = {},
+  ) {
     this.#node = node;
     this.#env = env;
+    this.#logger = new Logger(undefined, "info", { stdout: o.stdout });
     this.#logger.configure(node.log.file, node.log.level);
+    this.metrics.release = RELEASE;
   }
 
   /** The socket path it listens on. */
@@ -85,6 +98,7 @@ export class Agent {
   async start(): Promise<void> {
     const path = this.socket;
     requirePrivateDirs(this.#node);
+    requireStateFormat(this.#node.stateDir);
     ownSocketDir(dirOf(path));
     await removeStaleSocket(path);
     this.#listener = Deno.listen({ transport: "unix", path });
@@ -97,6 +111,10 @@ export class Agent {
         m.slice(0, at).replace(/^\[|\]$/g, ""),
         Number(m.slice(at + 1)),
         () => this.#renderMetrics(),
+        {
+          ready: () => this.#ready.probe(),
+          live: () => Promise.resolve(socketLiveness(this.socket)),
+        },
       );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
@@ -124,7 +142,9 @@ export class Agent {
     await Deno.remove(this.socket).catch(() => {});
     const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
-    await this.#metricsServer?.close();
+    const metrics = this.#metricsServer;
+    this.#metricsServer = undefined;
+    await metrics?.close();
     this.#warm.close();
   }
 
@@ -298,6 +318,7 @@ export class Agent {
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
+        this.#ready.observe(e.status);
       },
     });
   }
@@ -352,7 +373,30 @@ export class Agent {
       .then((s) => s.size, () => 0);
     this.metrics.rateLimit.set(this.#limiter.rate);
     this.metrics.concurrencyLimit.set(this.#limiter.concurrency);
+    const journal = new Journal(this.#node.stateDir);
+    this.metrics.journalOwed.set(await journal.owed().catch(() => NaN));
+    this.metrics.journalMax.set(journal.max);
+    this.metrics.ready.set(await this.#ready.probe() === null ? 1 : 0);
     return this.metrics.render(size);
+  }
+
+  /** Asks Milo with the node's token for its IPClasses; the node's default classes must be there. */
+  async #checkMilo(): Promise<string | null> {
+    try {
+      const node = await readNodeConfig(this.#env);
+      const t = node.timeouts;
+      // The node's own flow, as its reconcile's: a probe never takes a tenant's turn.
+      const call = this.#limiter.forCall(RECONCILE_ROUTE);
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs, call, "release");
+      const names = await milo.listClassNames().finally(() => call.close());
+      const classes = node.defaults.classes as { ipv4?: string; ipv6?: string } | undefined;
+      const want = [classes?.ipv4, classes?.ipv6].filter((c): c is string => !!c);
+      const missing = want.filter((c) => !names.includes(c));
+      if (missing.length) return `IPClass ${missing.join(", ")} not found in Milo`;
+      return null;
+    } catch (err) {
+      return `Milo is not usable with the node's token: ${toCniError(err).message}`;
+    }
   }
 }
 
@@ -385,7 +429,7 @@ export async function agentCli(args: string[]): Promise<number> {
   }
   const env = (n: string) =>
     n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
-  const agent = new Agent(await readNodeConfig(env), env);
+  const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();
   console.error(`milo-ipam agent listening on ${agent.socket}`);
   const { promise, resolve } = Promise.withResolvers<string>();

@@ -19,7 +19,7 @@ import type { Purpose, Route } from "./limiter.ts";
 import type { MiloClient } from "./milo.ts";
 import { status } from "./status.ts";
 import { decodeStdin } from "./stdin.ts";
-import { version, versionOf } from "./version.ts";
+import { requireStateFormat, version, versionOf } from "./version.ts";
 
 const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
   ADD: add,
@@ -104,8 +104,11 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     const cni = readCniEnv(req.env);
     record.containerId = cni.containerId || undefined;
     record.ifname = cni.ifname || undefined;
+    const pod = cni.args.K8S_POD_NAME;
+    if (pod) record.pod = `${cni.args.K8S_POD_NAMESPACE ?? ""}/${pod}`;
     node = await deps.nodeConfig();
     record.node = node.node;
+    requireStateFormat(node.stateDir);
     cniVersion = versionOf(stdin);
     const conf = parseNetConf(stdin, node, verb);
     record.network = conf.name;

@@ -73,11 +73,13 @@ export interface JournalHold {
 /** The release journal of one node. */
 export class Journal {
   readonly dir: string;
+  readonly #max: number;
   readonly #shares: Shares;
 
   /** Bounded at `max` entries owed by the node, `shareMax` by one share. */
   constructor(stateDir: string, max = MAX_OWED, shareMax = MAX_OWED_PER_SHARE) {
     this.dir = `${stateDir}/journal`;
+    this.#max = max;
     this.#shares = new Shares(this.dir, max, shareMax);
   }
 
@@ -105,6 +107,16 @@ export class Journal {
    */
   full(a: Pick<Attachment, "podNamespace" | "network">): FullShare | undefined {
     return this.#shares.full(shareOf(a));
+  }
+
+  /** Entries owed by the node at which its shares owing an even part or more are refused. */
+  get max(): number {
+    return this.#max;
+  }
+
+  /** The entries owed now (counted, nothing changed). */
+  async owed(): Promise<number> {
+    return (await this.#entries()).files.length;
   }
 
   /** Counts the entries owed, rebuilds the shares' counts and flags; answers the count. */

@@ -199,6 +199,11 @@ Deno.test("config: errors name the field", () => {
     /allowIdentities.*a namespace, a network or an identity/,
   );
   throwsCni(() => node({ allowIdentities: [{ namespace: "A_b" }] }), 7, /DNS-1123/);
+  throwsCni(
+    () => node({ allowIdentities: [{ namespce: "db", identity: "pod" }] }),
+    7,
+    /field allowIdentities\.0: unknown key namespce; known keys: namespace, network, identity/,
+  );
   throwsCni(() => node({ allowIdentities: [{ network: "n", identity: "x" }] }), 7, /identity/);
 });
 
@@ -441,6 +446,7 @@ Deno.test("install grants come from the node config, for launcher and binary ali
       "/run/milo-ipam",
       "/run/milo-ipam/agent.sock",
       `${dir}/log/milo-ipam.log`,
+      `${dir}/log/milo-ipam.log.1`, // the rotated log
       `${dir}/state`,
     ]);
     assert.deepEqual(g.nonCniDirs, ["/run/milo-ipam"], "the exec'd plugin keeps the socket alone");
