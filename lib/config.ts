@@ -235,11 +235,11 @@ export const NodeConfigSchema = z.object({
 /** The per-network part of the schema, applied to node defaults merged with the ipam block. */
 export const NetworkConfigSchema = z.object(networkShape);
 
-/** The node config's keys: its own, and the network keys it may give defaults for. */
+/** The node config's keys: the network keys it may give defaults for, and its own (`timeouts`). */
 const NODE_KEYS: KeyTree = {
   type: null,
-  ...keyTree(z.object(nodeShape)),
   ...keyTree(NetworkConfigSchema),
+  ...keyTree(z.object(nodeShape)),
 };
 
 /** The ipam block's keys: the network keys, `type`, and node keys (refused by value). */
