@@ -13,6 +13,7 @@ import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { CniError } from "./errors.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
+import { networkTimeouts } from "./network_timeouts.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
@@ -76,15 +77,6 @@ function isMetricsListen(text: string): boolean {
 }
 
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
-
-/**
- * The floor of a network config's timeouts unless the node config sets one
- * (`timeouts.minRequestMs`, `.minTotalMs`), capped at the node's own values:
- * a network may fail faster than the node's limits, never faster than Milo
- * answers (a create given up on leaves its ADD in doubt, and a release owed).
- * Milo's own alerting calls a claim p95 above 0.5 s high latency.
- */
-export const DEFAULT_TIMEOUT_FLOORS = { requestMs: 1_000, totalMs: 2_000 };
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
 const nodeShape = {
@@ -264,15 +256,6 @@ export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "result
   /** The raw network defaults of the node config. */
   defaults: Record<string, unknown>;
 };
-
-/** The least timeouts a network config may set: the node's `min*` keys, else the defaults. */
-export function timeoutFloors(node: Pick<NodeConfig, "timeouts">): typeof DEFAULT_TIMEOUT_FLOORS {
-  const t = node.timeouts;
-  return {
-    requestMs: t.minRequestMs ?? Math.min(DEFAULT_TIMEOUT_FLOORS.requestMs, t.requestMs),
-    totalMs: t.minTotalMs ?? Math.min(DEFAULT_TIMEOUT_FLOORS.totalMs, t.totalMs),
-  };
-}
 
 /** Validated per-network settings, timeouts resolved against the node's. */
 export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"> & {
@@ -466,34 +449,5 @@ export function parseNetwork(
         'identity "pod" or "network" (which retain by a name that is made again)',
     );
   }
-  const limit = node.timeouts;
-  const t = {
-    requestMs: parsed.data.timeouts?.requestMs ?? limit.requestMs,
-    totalMs: parsed.data.timeouts?.totalMs ?? limit.totalMs,
-  };
-  const floor = timeoutFloors(node);
-  for (const k of ["requestMs", "totalMs"] as const) {
-    if (t[k] > limit[k]) {
-      throw new CniError(
-        "config",
-        `field ipam.timeouts.${k}: must be at most ${limit[k]}, the node's limit`,
-        `node config ${node.path} sets timeouts.${k}`,
-      );
-    }
-    if (t[k] < floor[k] && verb !== "ADD") t[k] = floor[k];
-    else if (t[k] < floor[k]) {
-      const key = k === "requestMs" ? "minRequestMs" : "minTotalMs";
-      throw new CniError(
-        "config",
-        `field ipam.timeouts.${k}: must be at least ${floor[k]}, the node's floor`,
-        `raise ipam.timeouts.${k} or leave it out (the node's ${limit[k]} applies); a network ` +
-          `may not give up on Milo sooner than the node allows: root lowers the floor with ` +
-          `timeouts.${key} in the node config ${node.path}`,
-      );
-    }
-  }
-  if (t.requestMs > t.totalMs) {
-    throw new CniError("config", "field ipam.timeouts: requestMs must not exceed totalMs");
-  }
-  return { ...parsed.data, timeouts: t };
+  return { ...parsed.data, timeouts: networkTimeouts(parsed.data.timeouts, node, verb) };
 }
