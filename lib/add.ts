@@ -1,5 +1,6 @@
 import {
   answerDiffers,
+  type Attachment,
   claimBody,
   describeHolder,
   holderOf,
@@ -9,6 +10,7 @@ import {
   recordsAnother,
 } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
+import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
@@ -34,16 +36,20 @@ type Held = Lease & { name: string; uid?: string; fresh: boolean };
  * ADD succeeded; when the ADD failed and Milo answered every create it sent
  * it is what it was before (an earlier ADD's lease, or none), and left
  * `adding` (in doubt) otherwise. Refused while the
- * journal is full (lib/journal.ts).
+ * pod's namespace owes its share of the release journal (lib/journal.ts).
  */
 export const add: Handler = async (inv) => {
-  if (inv.journal.isFull()) {
+  const full = inv.journal.full(inv.attachment);
+  if (full) {
     throw new CniError(
       "transient",
-      `${inv.journal.max} or more releases are owed to Milo: ADD refused until reconcile makes them`,
-      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers`,
+      `${full.owed} releases are owed to Milo for ${full.share} (its limit ${full.limit}): ` +
+        "ADD refused until reconcile makes them",
+      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers; ` +
+        "other namespaces' ADDs go on",
     );
   }
+  requireIdentityGrant(inv.node, inv.attachment);
   const names = claimNamesOf(inv);
   const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
@@ -167,12 +173,15 @@ async function ownExisting(
   const identity = inv.attachment.identity ?? "attachment";
   if (differs.length && identity !== "attachment") {
     const h = holderOf(claim);
+    const who = sameNamespace(claim, inv.attachment)
+      ? `container ${h.containerId ?? "?"} on node ${h.node ?? "?"}`
+      : "a pod of another namespace";
     throw new CniError(
       "transient",
-      `claim ${name} (${identity} identity) is held by container ${h.containerId ?? "?"} on ` +
-        `node ${h.node ?? "?"}: no second holder; retry once it is released`,
-      `held by ${describeHolder(claim)}; released by that sandbox's DEL, milo-ipam reconcile ` +
-        "on its node, or the sweep once its pod is gone",
+      `claim ${name} (${identity} identity) is held by ${who}: no second holder; retry once ` +
+        "it is released",
+      `held by ${holderText(claim, inv.attachment)}; released by that sandbox's DEL, ` +
+        "milo-ipam reconcile on its node, or the sweep once its pod is gone",
     );
   }
   const reused = differs.length === 1 && differs[0] === "pod" &&
@@ -194,7 +203,7 @@ async function ownExisting(
     throw new CniError(
       "conflict",
       `claim ${name} exists and is held by another holder (${differs.join(", ")} differ)`,
-      `held by ${describeHolder(claim)}`,
+      `held by ${holderText(claim, inv.attachment)}`,
     );
   }
   if (claim.spec.className !== className) {
@@ -208,6 +217,29 @@ async function ownExisting(
   }
   // Made by this ADD: a create whose answer was lost, found by its retry.
   return [claim, madeBy(claim) === inv.callId];
+}
+
+/**
+ * False when the holder `claim` records is a pod of another namespace than
+ * `a`'s: an error this ADD returns describes it only otherwise. A holder that
+ * records no pod is a sandbox of no namespace (a runtime without Kubernetes'
+ * arguments, which no network config of a namespace can make).
+ */
+function sameNamespace(claim: IPClaim, a: Attachment): boolean {
+  const pod = holderOf(claim).pod;
+  if (pod === undefined || !pod.includes("/")) return true;
+  return pod.slice(0, pod.indexOf("/")) === (a.podNamespace ?? "");
+}
+
+/**
+ * The holder a claim records, for an error of this ADD: in full within the
+ * ADD's namespace; of a holder in another namespace nothing is named (no pod,
+ * node, host or container), for the error reaches this namespace's users.
+ */
+function holderText(claim: IPClaim, a: Attachment): string {
+  return sameNamespace(claim, a)
+    ? describeHolder(claim)
+    : "a pod of another namespace (not named here: its namespace's users alone may see it)";
 }
 
 /**
@@ -313,8 +345,9 @@ async function mustBePosted(
     throw new CniError(
       "protocol",
       message,
-      `${differs.join("; ")}; it records another holder (${describeHolder(answer)}), ` +
-        "so it may not be this attachment's claim: left alone",
+      `${differs.join("; ")}; it records another holder (${
+        holderText(answer, inv.attachment)
+      }), so it may not be this attachment's claim: left alone`,
     );
   }
   const note = await rollBack(

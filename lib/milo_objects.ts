@@ -12,6 +12,12 @@ import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
 
+/**
+ * The claim name STATUS and the agent's readiness read: no claim milo-ipam
+ * makes has it (theirs are `pod-`, `podid-`, `slot-`), so Milo answers 404.
+ */
+export const STATUS_PROBE = "milo-ipam-status";
+
 /** Largest Milo response body read; a bigger one is a protocol error. */
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** Page size of LIST requests. */

@@ -1,8 +1,8 @@
 import { CniError, toCniError } from "./errors.ts";
 import type { Handler } from "./invocation.ts";
+import { STATUS_PROBE } from "./milo_objects.ts";
 
-/** The claim name STATUS reads: no claim milo-ipam makes has it (theirs are `pod-`, `podid-`, `slot-`). */
-export const STATUS_PROBE = "milo-ipam-status";
+export { STATUS_PROBE } from "./milo_objects.ts";
 
 /**
  * STATUS: one GET of {@link STATUS_PROBE} in the node's namespace. Milo's
