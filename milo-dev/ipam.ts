@@ -23,6 +23,7 @@ import {
   type IPPoolObject,
   poolObject,
 } from "./objects.ts";
+import { Commits, type CreateOptions } from "./overlap.ts";
 import { allocationNameFor, refuseReclaim, Retained, scopeKey } from "./reclaim.ts";
 import {
   checkAgainstClass,
@@ -55,22 +56,6 @@ interface Project {
   namespaces: Map<string, boolean>;
 }
 
-/** What a create asks besides its body. */
-export interface CreateOptions {
-  dryRun?: boolean;
-  /**
-   * When the request started (`performance.now()`): a create of the same
-   * name that committed a new allocation after it overlapped it, and this
-   * one fails as Milo's loser does (500).
-   */
-  startedAt?: number;
-  /** The overlapping loser answers 409 instead (admin `/limits` `sameNameRaceConflict`). */
-  raceConflict?: boolean;
-}
-
-/** How long the commit time of a create is kept for {@link CreateOptions.startedAt} (ms). */
-const OVERLAP_MEMORY_MS = 60_000;
-
 /** What a DELETE asks besides the name. */
 export interface DeleteOptions {
   dryRun?: boolean;
@@ -86,7 +71,7 @@ export class Ipam {
   #projects = new Map<string, Project>();
   #tokens = new Map<string, string>();
   /** When each recent create of a new allocation committed, by project, namespace and name. */
-  #commits = new Map<string, number>();
+  readonly #commits = new Commits();
   /** Retained allocations: settings, release, the lease sweep (admin `/retention`). */
   readonly retained: Retained;
 
@@ -245,11 +230,7 @@ export class Ipam {
       const taken = () => allocationExists(project, ns, allocName, plans[0].name);
       if (dryRun && held) throw taken();
       const live = dryRun ? undefined : this.#store.getClaim(project, ns, req.name);
-      const committed = this.#commits.get(key);
-      if (
-        live && !opts.raceConflict && opts.startedAt !== undefined && committed !== undefined &&
-        committed > opts.startedAt
-      ) throw taken();
+      if (live && this.#commits.lost(key, opts)) throw taken();
       const mode = this.retained.settings().recreate;
       // Milo probes for a retained allocation before anything else (storage.go,
       // phase 1a): a live claim's name finds its bound allocation there and is
@@ -267,20 +248,9 @@ export class Ipam {
     }, dryRun);
     if (!dryRun && picked) {
       if (!req.spec.address) this.#allocator.picked(project, space, picked);
-      this.#committed(key);
+      this.#commits.record(key);
     }
     return claimObject(row);
-  }
-
-  /** Records that a create of `key` committed a new allocation now. */
-  #committed(key: string): void {
-    const now = performance.now();
-    if (this.#commits.size > 4_096) {
-      for (const [k, at] of this.#commits) {
-        if (at < now - OVERLAP_MEMORY_MS) this.#commits.delete(k);
-      }
-    }
-    this.#commits.set(key, now);
   }
 
   /**
