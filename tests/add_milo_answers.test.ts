@@ -57,7 +57,10 @@ Deno.test("ADD: the race won by another holder applies the holder rules: 103 nam
     assert.deepEqual(methods(stub), [`POST ${CLAIMS_PATH}`, `GET ${CLAIMS_PATH}/${NAME_V4}`]);
   });
   await withStub(async (stub, inv) => {
-    const i = inv({ ipam: { ...V4, identity: "pod" } });
+    const i = inv({
+      ipam: { ...V4, identity: "pod" },
+      node: { allowIdentities: [{ namespace: "shop" }] },
+    });
     loseRace(stub, () =>
       existingClaim(stub, i, "ipv4", {
         metadata: {

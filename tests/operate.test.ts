@@ -208,6 +208,9 @@ Deno.test("agent: readiness follows Milo and the node's token, liveness its sock
       await agent.start();
       try {
         assert.deepEqual(await get(port, "/readyz"), { status: 200, body: "ok\n" });
+        const asked = await milo.stats();
+        assert.equal(asked.byKind.ipclasses, undefined, "no IPClass read: a tenant sees none");
+        assert.equal(asked.byKind.ipclaims, 1, "one GET of a claim, as STATUS");
         assert.deepEqual(await get(port, "/livez"), { status: 200, body: "ok\n" });
         let m = (await get(port, "/metrics")).body;
         assert.match(m, /^milo_ipam_ready 1$/m);
@@ -341,16 +344,21 @@ Deno.test("config: unknown keys are refused with code 7, naming the key and the 
     /ipam\.scope\.network\.nme: .*name$/,
   );
   assert.match(refused({ reclaimpolicy: "Delete" }), /ipam\.reclaimpolicy: .*reclaimPolicy$/);
-  // Every known key still passes; scope roles are free names.
+  // Every known key still passes; scope roles are free names (a uid as the node config's).
+  const scope = { network: { apiGroup: "g", kind: "Network", name: "x", uid: "u" } };
+  const pinned = parseNodeConfig(
+    { milo: { url: "https://milo.example.com", tokenFile: "/t" }, cluster: "c", node: "n", scope },
+    "/etc/milo-ipam/node.json",
+  );
   parseNetwork({
     ...ipam,
-    scope: { network: { apiGroup: "g", kind: "Network", name: "x", uid: "u" } },
+    scope,
     gateways: { ipv4: "169.254.1.1" },
     prefixLengths: { ipv4: 32 },
     timeouts: { requestMs: 1_000, totalMs: 2_000 },
     reclaimPolicy: "Delete",
     identity: "attachment",
-  }, node);
+  }, pinned);
 
   const nodeRefused = (v: Record<string, unknown>) => {
     try {
