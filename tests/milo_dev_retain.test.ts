@@ -408,7 +408,6 @@ Deno.test("a release racing a re-creation of its name, against Milo's unchecked 
   const a = api(dev);
   const holder = (id: string) => ({ annotations: { "milo-ipam.io/container-id": id } });
   try {
-    await dev.setLimits({ checkedPreconditions: false });
     const old = await bound(a, "db-0", retain(holder("old")));
     let newer: Any;
     const client = new MiloClient({

@@ -181,16 +181,6 @@ export class MiloAdmin {
     await this.#admin("DELETE", "/faults");
   }
 
-  /** Merges into milo-dev's limits (admin PATCH /limits). */
-  async setLimits(l: Record<string, unknown>): Promise<void> {
-    await this.#admin("PATCH", "/limits", l);
-  }
-
-  /** Puts milo-dev's start-up limits back (admin DELETE /limits). */
-  async resetLimits(): Promise<void> {
-    await this.#admin("DELETE", "/limits");
-  }
-
   /** milo-dev's request counters since its last start. */
   async stats(): Promise<Stats> {
     const s = await this.#admin("GET", "/stats");

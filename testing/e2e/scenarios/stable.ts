@@ -33,18 +33,8 @@ async function stop(run: Run, p: Pod): Promise<void> {
   await delNetns(p.netns);
 }
 
+/** Milo deletes a claim whatever a DELETE's uid precondition says, and so does milo-dev. */
 export async function stableAddresses(run: Run): Promise<void> {
-  const { w } = run;
-  // Milo deletes a claim whatever a DELETE's uid precondition says: so does milo-dev here.
-  await w.milo.setLimits({ checkedPreconditions: false });
-  try {
-    await scenario(run);
-  } finally {
-    await w.milo.resetLimits();
-  }
-}
-
-async function scenario(run: Run): Promise<void> {
   const { w } = run;
   const first = await start(run, "a1");
   const address = first.addresses![0];
