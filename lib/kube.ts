@@ -39,11 +39,7 @@ export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
  * (1,000) of the default page size (250) hold.
  */
 export const POD_LIST_BOUND: ListBound = { bytes: 128 * 1024 ** 2, items: 250_000 };
-/**
- * What the node list may keep across its pages: 25,000 nodes and 16 MiB
- * (Kubernetes supports 5,000 nodes per cluster); only names and readiness
- * are kept.
- */
+/** What the node list may keep: 25,000 nodes (Kubernetes supports 5,000), 16 MiB. */
 export const NODE_LIST_BOUND: ListBound = { bytes: 16 * 1024 ** 2, items: 25_000 };
 /**
  * Largest object in a list answer (8 MiB of JSON): the API server refuses a
@@ -215,10 +211,11 @@ export class KubeClient {
   }
 
   /**
-   * A list over all its pages, each read as a stream and bounded across them
-   * by `bound` (named `boundName` in errors); of each item only `keep` of it
-   * is kept. A page's items are added once the page is read whole, so a page
-   * that failed is asked again from its start.
+   * A list over all its pages (the API server answers at most `limit` items
+   * and a `continue` token: k8s.io/apiserver `pkg/storage/etcd3/store.go`,
+   * `GetList`), each read as a stream and bounded across them by `bound`
+   * (named `boundName` in errors); of each item only `keep` of it is kept. A
+   * page's items are added once it is read whole: a failed page is asked again.
    */
   async #list<I, T>(
     resource: string,
