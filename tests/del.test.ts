@@ -123,6 +123,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
       cluster: "cluster-a",
       node: "node-1",
       network: "vpc-7b3e",
+      podNamespace: "shop",
       containerId: CONTAINER_ID,
       ifname: "eth0",
       created: now,
