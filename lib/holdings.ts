@@ -43,6 +43,11 @@ export interface Holding {
   cluster: string;
   /** The host that wrote it (lib/host.ts): a record copied to another machine is not its own. */
   host?: string;
+  /**
+   * The boot its ADD ran in (lib/host.ts `bootId`): the sandbox that holds the
+   * claims of a record from an earlier boot died with that boot.
+   */
+  boot?: string;
   network: string;
   containerId: string;
   ifname: string;
@@ -170,7 +175,15 @@ export class Holdings {
     const h = this.read(a);
     if (h?.claims.some((c) => c.name === claim.name)) return;
     const claims = [...(h?.claims ?? []), claim];
-    this.#write(a, { ...fields(a, claims), state: "held", addId: h?.addId ?? "listed", at: now });
+    // Found in Milo: the boot its sandbox ran in is known only from a record made by its ADD.
+    const boot = h?.boot ? { boot: h.boot } : {};
+    this.#write(a, {
+      ...fields({ ...a, boot: undefined }, claims),
+      ...boot,
+      state: "held",
+      addId: h?.addId ?? "listed",
+      at: now,
+    });
   }
 
   /** Drops `names` from the record of `a` (removing it when none is left); the caller holds its lock. */
@@ -208,8 +221,16 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  const { cluster, host, network, containerId, ifname } = a;
-  return { cluster, ...(host ? { host } : {}), network, containerId, ifname, claims };
+  const { cluster, host, boot, network, containerId, ifname } = a;
+  return {
+    cluster,
+    ...(host ? { host } : {}),
+    ...(boot ? { boot } : {}),
+    network,
+    containerId,
+    ifname,
+    claims,
+  };
 }
 
 /** The file marking that the node's claims were listed from Milo into the record. */

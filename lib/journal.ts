@@ -31,10 +31,12 @@ export interface JournalClaim {
 export interface JournalEntry {
   cluster: string;
   node: string;
+  /** The host that wrote it (lib/host.ts): an entry copied to another machine is not its own. */
+  host?: string;
   network: string;
   containerId: string;
   ifname: string;
-  /** When the release first failed (ms since epoch). */
+  /** When the release first failed (ms since epoch, the node's clock). */
   created: number;
   claims: JournalClaim[];
   attempts: number;
@@ -271,8 +273,19 @@ function entryOf(
   claims: JournalClaim[],
   lastError: string,
 ): JournalEntry {
-  const { cluster, node, network, containerId, ifname } = a;
-  return { cluster, node, network, containerId, ifname, created, claims, attempts: 0, lastError };
+  const { cluster, node, host, network, containerId, ifname } = a;
+  return {
+    cluster,
+    node,
+    ...(host ? { host } : {}),
+    network,
+    containerId,
+    ifname,
+    created,
+    claims,
+    attempts: 0,
+    lastError,
+  };
 }
 
 /** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */

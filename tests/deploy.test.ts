@@ -16,7 +16,7 @@ import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { ClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
 import { ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding";
-import { parseNodeConfig } from "../lib/config.ts";
+import { DEFAULT_BOOT_ID_FILE, parseNodeConfig } from "../lib/config.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { isInside } from "../lib/permissions.ts";
 import { planSandbox, supportDir } from "../scripts/sandbox.ts";
@@ -264,7 +264,12 @@ Deno.test("deploy: host paths are exactly the listed ones, at the paths the sand
 
   // What the plugin compiled from deploy/node.json may touch, the agent sees at the same paths.
   const g = (await planSandbox({ dir: "/opt/cni/bin", config: `${DEPLOY}node.json` })).grants;
-  const compiledIn = new Set([`${DEPLOY}node.json`, supportDir("/opt/cni/bin")]);
+  // The boot id is the kernel's: every container's /proc shows the host's.
+  const compiledIn = new Set([
+    `${DEPLOY}node.json`,
+    supportDir("/opt/cni/bin"),
+    DEFAULT_BOOT_ID_FILE,
+  ]);
   const mountOf = (p: string) =>
     main.volumeMounts.find((m: Any) => host.has(m.name) && isInside(p, m.mountPath));
   for (const p of [...g.read, "/etc/milo-ipam/node.json"].filter((p) => !compiledIn.has(p))) {
@@ -342,6 +347,7 @@ Deno.test("deploy: the sweep's sandbox is Milo, the API server by name, its toke
     `${sa}/token`,
     `${sa}/ca.crt`,
     "/etc/machine-id", // absent in the container: the host id is made in stateDir
+    DEFAULT_BOOT_ID_FILE, // the kernel's, in every container's /proc
   ]);
   for (const p of grants.read.filter((p) => !inImage.has(p))) {
     assert.ok(c.volumeMounts.some((m: Any) => isInside(p, m.mountPath)), `the sweep mounts ${p}`);
