@@ -21,8 +21,9 @@ const DELETE_CONCURRENCY = 8;
  * lib/liveness.ts), which no ADD on this node may still be making, and which
  * are at least `gc.minAgeS` old on Milo's own clock (the LIST's `Date`
  * against `creationTimestamp`; the node's clock plays no part). A claim
- * without a readable creation time is kept. Keeps going past errors and
- * reports them all; prints nothing on success.
+ * without a readable creation time or a uid is kept. Each is released under
+ * its attachment's lock (see {@link releaseStale}). Keeps going past errors
+ * and reports them all; prints nothing on success.
  */
 export const gc: Handler = async (inv) => {
   const valid = inv.conf.validAttachments;

@@ -5,8 +5,12 @@
  *
  * - before an ADD sends its creates: `adding`, with the ADD's call id;
  * - once the ADD succeeded: `held`, with the claims' uids;
- * - removed when a DEL released the claims; put back as it was when an ADD
- *   failed and Milo answered every create it sent.
+ * - removed when a DEL released the claims (or journaled them); put back as
+ *   it was when an ADD failed and Milo answered every create it sent.
+ *
+ * Each names the host and the boot its ADD ran in (lib/host.ts): a record
+ * copied to another machine is not that machine's, and the sandbox of a
+ * record from an earlier boot died with it.
  *
  * An `adding` record left behind (the plugin was killed, or a create went
  * unanswered) tells the DEL after it that a claim may still appear: it

@@ -181,25 +181,18 @@ export class MiloClient {
   }
 
   /**
-   * Releases the claim `name` only when a fresh GET finds it `mine` (else
-   * `changed`; `mine` is given Milo's clock of the answer), and only while it is that object: the DELETE carries its uid
-   * as a precondition. Milo does not check it (`AllocatingREST.Delete` reads
-   * the claim by name), so a DELETE releases whatever holds the name when it
-   * arrives, and Milo has no way to release one object atomically:
-   *
-   * - A name other sandboxes make again (pod or network identity) is deleted
-   *   only under reclaimPolicy Retain, where Milo keeps the address for that
-   *   name alone: a claim made again between the GET and the DELETE and
-   *   deleted in its place is made again at once as it was, and Milo re-binds
-   *   its address to it (`changed`). Under Delete the freed address would be
-   *   the next claim's at once, so such a claim is left (`changed`, and
-   *   `note` says so).
-   * - A name of one attachment is made again only by that attachment, whose
-   *   lock the node's callers hold; should it be made again in between all
-   *   the same (the DELETE's answer names another uid), it is made again at
-   *   once pinned to its address, and a failure to is an error naming both.
-   *
-   * A claim without a uid is never released this way.
+   * Releases the claim `name` only when a fresh GET finds it `mine` (given
+   * Milo's clock of the answer; else `changed`), by its uid as the DELETE's
+   * precondition. Milo ignores it (`AllocatingREST.Delete` reads by name): a
+   * DELETE releases whatever holds the name then, and nothing in Milo
+   * releases one object atomically. So a name other sandboxes make again
+   * (pod or network identity) is deleted only under Retain, where Milo keeps
+   * its address for that name alone: a claim made again between the GET and
+   * the DELETE and deleted in its place is made again at once, re-bound to
+   * its address (`changed`); under Delete it is left (`note` says why). An
+   * attachment's name is made again only by that attachment, whose lock the
+   * node's callers hold; should it happen all the same, the claim is made
+   * again pinned to its address, and a failure is an error naming both uids.
    */
   async releaseIf(
     name: string,
@@ -211,11 +204,10 @@ export class MiloClient {
     const uid = now.metadata.uid;
     if (!uid || !mine(now, serverTime)) return "changed";
     if (isSharedName(name) && now.spec.reclaimPolicy !== "Retain") {
+      const policy = now.spec.reclaimPolicy ?? "(the class's)";
       note(
-        `claim ${name} has reclaimPolicy ${now.spec.reclaimPolicy ?? "(the class's)"} under a ` +
-          "name other sandboxes make again: Milo deletes by name, not by uid, and an address " +
-          "freed in place of a newer claim of this name could not be given back; left alone " +
-          "(delete it by hand once its holder is gone)",
+        `reclaimPolicy ${policy} under a name other sandboxes make again: Milo deletes by name, ` +
+          "and an address freed in place of a newer claim could not be given back; left alone",
       );
       return "changed";
     }
@@ -231,10 +223,7 @@ export class MiloClient {
     const gone = IPClaimSchema.safeParse(a.body).data;
     if (!gone?.metadata.uid || gone.metadata.uid === uid) return "released";
     await this.#remake(gone, uid);
-    note(
-      `the DELETE of claim ${name} (uid ${uid}) removed a newer claim of that name ` +
-        `(uid ${gone.metadata.uid}); made again as it was`,
-    );
+    note(`the DELETE removed a newer claim of that name (uid ${gone.metadata.uid}): made again`);
     return "changed";
   }
 

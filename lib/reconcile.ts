@@ -11,7 +11,10 @@
  *    recorded, is still absent from the caches and in Milo still this host's
  *    claim of that attachment (same uid, released with it as a precondition);
  *    and never while a brake holds (an empty live set, or one shrunk under
- *    half of the last clean run's), unless forced. Milo is listed only when
+ *    half of the last clean run's), unless forced. A claim of a record an ADD
+ *    of an earlier boot wrote (lib/host.ts `bootId`) whose container no cache
+ *    names is released at once, past the brakes: every sandbox of that boot
+ *    died with it. Milo is listed only when
  *    the node has no record yet (its first run, a lost `stateDir`): its
  *    host's claims are added to the record, claims of another host under this
  *    node name are reported, and claims that record no host are left alone.

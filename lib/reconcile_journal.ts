@@ -153,10 +153,10 @@ interface Judged {
 }
 
 /**
- * Releases one journaled claim, only while it is this host's claim of the
- * entry's attachment, and then only while it is the object the failed call
- * saw: the same uid, or, another or none known, one created before the
- * entry (or, in doubt, before its grace ends). Both ages are told on one
+ * Releases one journaled claim, only while it is the object the failed call
+ * saw and judged this host's claim of the entry's attachment (its uid), or,
+ * another or none known, this host's claim of that attachment created before
+ * the entry (or, in doubt, before its grace ends). Both ages are told on one
  * clock each: the claim's on Milo's (its creation against the answer's
  * `Date`, whole seconds), the entry's on the node's; a claim within a second
  * of the entry counts as newer. An absent claim is `awaited` while an entry
@@ -174,12 +174,13 @@ async function releaseJournaled(
   const why: string[] = [];
   let newer: IPClaim | undefined;
   const r = await milo.releaseIf(c.name, (claim, serverTime) => {
+    // The object the failed call judged this host's claim of the attachment.
+    if (c.uid && claim.metadata.uid === c.uid) return true;
     const not = notHeldHere(claim, a);
     if (not) {
       why.push(`${not}: left to that host`);
       return false;
     }
-    if (c.uid && claim.metadata.uid === c.uid) return true;
     const created = Date.parse(claim.metadata.creationTimestamp ?? "");
     const claimAge = serverTime - Math.floor(created / 1000) * 1000;
     const entryAge = now() - entry.created - (entry.inDoubt ? graceMs : 0);
