@@ -13,7 +13,7 @@ import { add } from "../lib/add.ts";
 import { KEYS } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
 import { gc } from "../lib/gc.ts";
-import type { HandlerResult, Invocation } from "../lib/invocation.ts";
+import type { HandlerResult } from "../lib/invocation.ts";
 import { formatCidr, parseCidr } from "../lib/ip.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { miloApi, type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
