@@ -322,12 +322,10 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
 }
 
 /**
- * Why `claim` is not this host's claim of the attachment `a`, or undefined
- * when it is: it records the attachment (cluster, container, interface) and
- * this host, or, recording no host (made before claims did), this node. A
- * claim recorded for another host (a cloned machine running a copy of this
- * one's sandboxes), or without a host for another node, is that machine's to
- * release: its own reconcile's, or the sweep's.
+ * Why `claim` is not this host's claim of the attachment `a` (its cluster,
+ * container and interface, and this host or, recording none, this node), or
+ * undefined when it is. Another machine's (a clone running copies of this
+ * one's sandboxes) is its own reconcile's to release, or the sweep's.
  */
 export function notHeldHere(claim: IPClaim, a: Attachment): string | undefined {
   const h = holderOf(claim);

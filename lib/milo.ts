@@ -55,6 +55,10 @@ export interface ClaimList {
   serverTime: number;
 }
 
+/** Why a claim of a name other sandboxes make again is not deleted under reclaimPolicy Delete. */
+const SHARED_DELETE = "name other sandboxes make again: Milo deletes by name, and an address " +
+  "freed in place of a newer claim could not be given back; left alone";
+
 /** What releasing a claim by name and uid found. */
 export type Release = "released" | "absent" | "changed";
 
@@ -204,11 +208,7 @@ export class MiloClient {
     const uid = now.metadata.uid;
     if (!uid || !mine(now, serverTime)) return "changed";
     if (isSharedName(name) && now.spec.reclaimPolicy !== "Retain") {
-      const policy = now.spec.reclaimPolicy ?? "(the class's)";
-      note(
-        `reclaimPolicy ${policy} under a name other sandboxes make again: Milo deletes by name, ` +
-          "and an address freed in place of a newer claim could not be given back; left alone",
-      );
+      note(`reclaimPolicy ${now.spec.reclaimPolicy ?? "(the class's)"} under a ${SHARED_DELETE}`);
       return "changed";
     }
     const options = { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid } };
