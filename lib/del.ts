@@ -241,7 +241,11 @@ export async function journalUnreached(
         return uid ? { name, uid } : { name };
       });
     if (!claims.length) return undefined;
-    const path = await new Journal(node.stateDir).record(a, claims, error, now);
+    const journal = new Journal(node.stateDir);
+    // After an ADD in doubt its creates may land later: an in-doubt entry waits for them.
+    const path = record?.state === "adding"
+      ? await journal.recordDoubt(a, claims.map((c) => c.name), now)
+      : await journal.record(a, claims, error, now);
     return `journaled for release by milo-ipam reconcile (${path})`;
   } catch (err) {
     return `could not be journaled: ${errorText(err)}`;
