@@ -1,9 +1,9 @@
 /**
  * milo-ipam: the CNI IPAM plugin (exec'd with CNI_COMMAND), and its
- * subcommands `agent`, `reconcile` and `sweep`. Modules load only on the path
- * that needs them: a call the node agent answers imports the socket client
- * alone, and the handlers, the Milo client and zod load only when the plugin
- * does the work itself.
+ * subcommands `agent`, `reconcile`, `sweep`, `show` and `version`. Modules
+ * load only on the path that needs them: a call the node agent answers
+ * imports the socket client alone, and the handlers, the Milo client and zod
+ * load only when the plugin does the work itself.
  */
 import { installed } from "./lib/paths.ts";
 import { callAgent } from "./lib/thin.ts";
@@ -13,28 +13,136 @@ import { warmTlsCrypto } from "./lib/warm.ts";
 /** When this process started (ms since epoch): the CNI deadline counts from here. */
 const STARTED = performance.timeOrigin;
 
-const SUBCOMMANDS: Record<string, () => Promise<{ cli(args: string[]): Promise<number> }>> = {
-  agent: async () => ({ cli: (await import("./lib/agent.ts")).agentCli }),
-  reconcile: async () => ({ cli: (await import("./lib/reconcile.ts")).reconcileCli }),
-  sweep: async () => ({ cli: (await import("./lib/sweep_cli.ts")).sweepCli }),
+/** A subcommand: its entry point and its `--help` text. */
+interface Subcommand {
+  cli(args: string[]): Promise<number>;
+  usage: string;
+}
+
+const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
+  agent: async () => ({
+    cli: (await import("./lib/agent.ts")).agentCli,
+    usage: (await import("./lib/usage.ts")).AGENT_USAGE,
+  }),
+  reconcile: async () => ({
+    cli: async (args) => {
+      await requireStateFormatOf(args);
+      return await (await import("./lib/reconcile.ts")).reconcileCli(args);
+    },
+    usage: (await import("./lib/usage.ts")).RECONCILE_USAGE,
+  }),
+  sweep: async () => {
+    const [{ sweepCli, parseSweepArgs, USAGE }, { sweepUsage }] = await Promise.all([
+      import("./lib/sweep_cli.ts"),
+      import("./lib/usage.ts"),
+    ]);
+    return {
+      cli: (args) => {
+        // A wrong command line is a usage error (exit 2) before any report is made.
+        parseSweepArgs(args);
+        return sweepCli(args);
+      },
+      usage: sweepUsage(USAGE),
+    };
+  },
+  show: async () => ({
+    cli: (await import("./lib/show.ts")).showCli,
+    usage: (await import("./lib/usage.ts")).SHOW_USAGE,
+  }),
+  version: async () => ({
+    cli: versionCli,
+    usage: (await import("./lib/usage.ts")).VERSION_USAGE,
+  }),
 };
 
 function write(text: string): void {
   if (text) Deno.stdout.writeSync(new TextEncoder().encode(text));
 }
 
-/** Runs a subcommand; a failure prints a CNI error JSON like the verbs do. */
+/**
+ * Runs a subcommand: `--help` prints its usage (exit 0), a wrong command line
+ * its usage on stderr (exit 2); any other failure prints a CNI error JSON
+ * like the verbs do (exit 1).
+ */
 async function subcommand(name: string, args: string[]): Promise<number> {
+  const [cmd, { wantsHelp, print, usageError }] = await Promise.all([
+    SUBCOMMANDS[name](),
+    import("./lib/cli.ts"),
+  ]);
+  if (wantsHelp(args)) {
+    print("stdout", cmd.usage);
+    return 0;
+  }
   try {
-    return await (await SUBCOMMANDS[name]()).cli(args);
+    return await cmd.cli(args);
   } catch (err) {
-    const [{ encodeError, LATEST_VERSION }, { toCniError }] = await Promise.all([
+    const [{ encodeError, LATEST_VERSION }, { CniError, toCniError }] = await Promise.all([
       import("./lib/cni.ts"),
       import("./lib/errors.ts"),
     ]);
+    if (err instanceof CniError && err.message.startsWith("usage:")) {
+      return usageError(`milo-ipam ${name}`, err.details || "wrong command line", cmd.usage).exit;
+    }
     write(JSON.stringify(encodeError(LATEST_VERSION, toCniError(err))) + "\n");
     return 1;
   }
+}
+
+/** `milo-ipam version [--output text|json]`. */
+async function versionCli(args: string[]): Promise<number> {
+  const [{ parseCommandLine }, { versionCli }, { VERSION_USAGE }] = await Promise.all([
+    import("./lib/cli.ts"),
+    import("./lib/version.ts"),
+    import("./lib/usage.ts"),
+  ]);
+  const p = parseCommandLine("milo-ipam version", args, {
+    usage: VERSION_USAGE,
+    options: { output: { type: "string", default: "text" } },
+  });
+  if ("exit" in p) return p.exit;
+  const output = p.values.output;
+  if (output !== "text" && output !== "json") {
+    const { usageError } = await import("./lib/cli.ts");
+    return usageError("milo-ipam version", `--output ${output}: text or json`, VERSION_USAGE).exit;
+  }
+  write(versionCli(output));
+  return 0;
+}
+
+/**
+ * Refuses, before a reconcile run, a node state written in a newer format
+ * (a rollback past a format change); a node config that cannot be read is
+ * left for the reconcile to report.
+ */
+async function requireStateFormatOf(args: string[]): Promise<void> {
+  const [{ readNodeConfig }, { requireStateFormat }] = await Promise.all([
+    import("./lib/config_file.ts"),
+    import("./lib/version.ts"),
+  ]);
+  const at = args.findIndex((a) => a === "--config" || a.startsWith("--config="));
+  const config = at < 0
+    ? undefined
+    : args[at].startsWith("--config=")
+    ? args[at].slice("--config=".length)
+    : args[at + 1];
+  const node = await readNodeConfig((n) =>
+    n === "MILO_IPAM_CONFIG" && config ? config : Deno.env.get(n)
+  ).catch(() => undefined);
+  if (node) requireStateFormat(node.stateDir);
+}
+
+/** `milo-ipam` run by hand: `--help` and `help` print the usage; anything else is wrong. */
+async function byHand(args: string[]): Promise<number> {
+  const [{ MAIN_USAGE }, { print, usageError }] = await Promise.all([
+    import("./lib/usage.ts"),
+    import("./lib/cli.ts"),
+  ]);
+  if (args.length === 1 && ["--help", "-h", "help"].includes(args[0])) {
+    print("stdout", MAIN_USAGE);
+    return 0;
+  }
+  const what = args[0].startsWith("-") ? "unknown flag" : "unknown command";
+  return usageError("milo-ipam", `${what} ${JSON.stringify(args[0])}`, MAIN_USAGE).exit;
 }
 
 /** One CNI call: VERSION locally, anything else by the agent, else in this process. */
@@ -69,7 +177,9 @@ async function cni(): Promise<number> {
 /** Runs milo-ipam with its command-line arguments; answers the exit code. */
 export async function main(args: string[]): Promise<number> {
   const [first, ...rest] = args;
-  return first && Object.hasOwn(SUBCOMMANDS, first) ? await subcommand(first, rest) : await cni();
+  if (first && Object.hasOwn(SUBCOMMANDS, first)) return await subcommand(first, rest);
+  if (args.length && !Deno.env.get("CNI_COMMAND")) return await byHand(args);
+  return await cni();
 }
 
 if (import.meta.main) Deno.exit(await main(Deno.args));

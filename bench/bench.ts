@@ -11,7 +11,7 @@
  * sections/ and returns its part of the results; report/ judges the budgets
  * (findings.ts) apart from rendering them.
  */
-import { parseArgs } from "node:util";
+import { parseCommandLine, usageError } from "../lib/cli.ts";
 import { join } from "node:path";
 import { contention, cpuSnap, machine, waitForQuiet } from "./machine.ts";
 import { type BenchResults, load1 } from "./model.ts";
@@ -83,9 +83,18 @@ async function measureWorld(plan: typeof FULL, began: number): Promise<OneWorld>
   }
 }
 
+const USAGE = `usage: deno task bench [--quick] [--out DIR] [--no-wait] [--only fleet]
+
+The installed plugin as a runtime experiences it, against milo-dev on 127.0.0.1.
+
+  --quick        every section at a tiny size, into .tmp/bench/ (CI's smoke test)
+  --out DIR      write the report there (default bench/results/)
+  --no-wait      start without waiting for a quiet machine
+  --only fleet   the fleet section alone`;
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    args: Deno.args,
+  const p = parseCommandLine("bench", Deno.args, {
+    usage: USAGE,
     options: {
       quick: { type: "boolean", default: false },
       out: { type: "string" },
@@ -93,9 +102,11 @@ async function main(): Promise<void> {
       only: { type: "string" },
     },
   });
+  if ("exit" in p) Deno.exit(p.exit);
+  const values = p.values as { quick: boolean; out?: string; "no-wait": boolean; only?: string };
   if (values.only !== undefined && values.only !== "fleet") {
-    console.error(`--only: unknown section ${JSON.stringify(values.only)} (known: fleet)`);
-    Deno.exit(2);
+    const why = `--only: unknown section ${JSON.stringify(values.only)} (known: fleet)`;
+    Deno.exit(usageError("bench", why, USAGE).exit);
   }
   const plan = values.quick ? QUICK : FULL;
   const began = performance.now();

@@ -1,5 +1,6 @@
 import {
   answerDiffers,
+  type Attachment,
   claimBody,
   describeHolder,
   holderOf,
@@ -167,12 +168,15 @@ async function ownExisting(
   const identity = inv.attachment.identity ?? "attachment";
   if (differs.length && identity !== "attachment") {
     const h = holderOf(claim);
+    const who = sameNamespace(claim, inv.attachment)
+      ? `container ${h.containerId ?? "?"} on node ${h.node ?? "?"}`
+      : "a pod of another namespace";
     throw new CniError(
       "transient",
-      `claim ${name} (${identity} identity) is held by container ${h.containerId ?? "?"} on ` +
-        `node ${h.node ?? "?"}: no second holder; retry once it is released`,
-      `held by ${describeHolder(claim)}; released by that sandbox's DEL, milo-ipam reconcile ` +
-        "on its node, or the sweep once its pod is gone",
+      `claim ${name} (${identity} identity) is held by ${who}: no second holder; retry once ` +
+        "it is released",
+      `held by ${holderText(claim, inv.attachment)}; released by that sandbox's DEL, ` +
+        "milo-ipam reconcile on its node, or the sweep once its pod is gone",
     );
   }
   const reused = differs.length === 1 && differs[0] === "pod" &&
@@ -194,7 +198,7 @@ async function ownExisting(
     throw new CniError(
       "conflict",
       `claim ${name} exists and is held by another holder (${differs.join(", ")} differ)`,
-      `held by ${describeHolder(claim)}`,
+      `held by ${holderText(claim, inv.attachment)}`,
     );
   }
   if (claim.spec.className !== className) {
@@ -208,6 +212,29 @@ async function ownExisting(
   }
   // Made by this ADD: a create whose answer was lost, found by its retry.
   return [claim, madeBy(claim) === inv.callId];
+}
+
+/**
+ * False when the holder `claim` records is a pod of another namespace than
+ * `a`'s: an error this ADD returns describes it only otherwise. A holder that
+ * records no pod is a sandbox of no namespace (a runtime without Kubernetes'
+ * arguments, which no network config of a namespace can make).
+ */
+function sameNamespace(claim: IPClaim, a: Attachment): boolean {
+  const pod = holderOf(claim).pod;
+  if (pod === undefined || !pod.includes("/")) return true;
+  return pod.slice(0, pod.indexOf("/")) === (a.podNamespace ?? "");
+}
+
+/**
+ * The holder a claim records, for an error of this ADD: in full within the
+ * ADD's namespace; of a holder in another namespace nothing is named (no pod,
+ * node, host or container), for the error reaches this namespace's users.
+ */
+function holderText(claim: IPClaim, a: Attachment): string {
+  return sameNamespace(claim, a)
+    ? describeHolder(claim)
+    : "a pod of another namespace (not named here: its namespace's users alone may see it)";
 }
 
 /**
@@ -313,8 +340,9 @@ async function mustBePosted(
     throw new CniError(
       "protocol",
       message,
-      `${differs.join("; ")}; it records another holder (${describeHolder(answer)}), ` +
-        "so it may not be this attachment's claim: left alone",
+      `${differs.join("; ")}; it records another holder (${
+        holderText(answer, inv.attachment)
+      }), so it may not be this attachment's claim: left alone`,
     );
   }
   const note = await rollBack(

@@ -2,27 +2,31 @@
  * `milo-ipam agent`: one resident process per node. It answers the exec'd
  * plugin's invocations on a unix socket with the same `invoke` the plugin
  * runs itself, over one warm HTTP client (kept-alive connections, no TLS
- * handshake per call), runs the node reconcile on a timer, and serves
- * Prometheus metrics on a loopback port.
+ * handshake per call), runs the node reconcile on a timer, serves
+ * Prometheus metrics and its readiness and liveness probes on the port
+ * `agent.metrics` names, and writes what it logs to stdout as well.
  */
 import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
-import { invoke, type Reply } from "./invoke.ts";
+import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
 import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
 import { Holdings } from "./holdings.ts";
-import { MiloLimiter } from "./limiter.ts";
+import { Journal } from "./journal.ts";
+import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
 import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
 import { dirOf } from "./paths.ts";
+import { Readiness, socketLiveness } from "./readiness.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
+import { RELEASE, requireStateFormat } from "./version.ts";
 
 /** How long a connection may take to deliver its request. */
 const REQUEST_READ_MS = 5_000;
@@ -58,10 +62,10 @@ export class Agent {
   readonly metrics = new Metrics();
   readonly #env: (name: string) => string | undefined;
   readonly #warm = new WarmClient();
-  /** One limiter of Milo requests for every call and the reconcile (lib/limiter.ts). */
+  /** One limiter of Milo requests for every call and the reconcile, by flow (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #inflight = new Set<Promise<void>>();
-  readonly #logger = new Logger();
+  readonly #logger: Logger;
   #listener: Deno.Listener | undefined;
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
@@ -69,11 +73,20 @@ export class Agent {
   #reconciling: Promise<void> | undefined;
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
+  /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
+  readonly #ready = new Readiness(() => this.#checkMilo());
 
-  constructor(node: NodeConfig, env: (name: string) => string | undefined) {
+  /** `stdout`: every record logged is written to stdout too (`kubectl logs`). */
+  constructor(
+    node: NodeConfig,
+    env: (name: string) => string | undefined,
+    o: { stdout?: boolean } = {},
+  ) {
     this.#node = node;
     this.#env = env;
+    this.#logger = new Logger(undefined, "info", { stdout: o.stdout });
     this.#logger.configure(node.log.file, node.log.level);
+    this.metrics.release = RELEASE;
   }
 
   /** The socket path it listens on. */
@@ -85,6 +98,7 @@ export class Agent {
   async start(): Promise<void> {
     const path = this.socket;
     requirePrivateDirs(this.#node);
+    requireStateFormat(this.#node.stateDir);
     ownSocketDir(dirOf(path));
     await removeStaleSocket(path);
     this.#listener = Deno.listen({ transport: "unix", path });
@@ -97,6 +111,10 @@ export class Agent {
         m.slice(0, at).replace(/^\[|\]$/g, ""),
         Number(m.slice(at + 1)),
         () => this.#renderMetrics(),
+        {
+          ready: () => this.#ready.probe(),
+          live: () => Promise.resolve(socketLiveness(this.socket)),
+        },
       );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
@@ -124,7 +142,9 @@ export class Agent {
     await Deno.remove(this.socket).catch(() => {});
     const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
-    await this.#metricsServer?.close();
+    const metrics = this.#metricsServer;
+    this.#metricsServer = undefined;
+    await metrics?.close();
     this.#warm.close();
   }
 
@@ -219,21 +239,40 @@ export class Agent {
     if (gone.aborted) return undefined;
     const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
     const callId = crypto.randomUUID();
-    const reply = await invoke({ env, stdin, started: header.started, callId }, {
+    const reply = await this.#invoke({ env, stdin, started: header.started, callId }, {
       nodeConfig: () => readNodeConfig(env),
-      openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline, gone),
       onDeadline: (deadline, cniVersion) => send({ kind: "ack", deadline, cniVersion }),
-    });
+    }, gone);
     const node = reply.node;
     if (node && gone.aborted && !caller.tookOver && reply.record.verb === "ADD") {
       const del = (k: string) => k === "CNI_COMMAND" ? "DEL" : env(k);
-      const undo = await invoke({ env: del, stdin, started: Date.now(), undoOf: callId }, {
+      const undo = await this.#invoke({ env: del, stdin, started: Date.now(), undoOf: callId }, {
         nodeConfig: () => Promise.resolve(node),
-        openMilo: (node, requestMs, deadline) => this.#open(node, requestMs, deadline),
       });
       await this.#record(undo, Date.now(), "undo: the ADD's caller is gone");
     }
     return reply;
+  }
+
+  /** One invocation over the warm client and the node's limiter; its slots end with it. */
+  async #invoke(
+    req: InvokeRequest,
+    deps: Omit<InvokeDeps, "openMilo">,
+    signal?: AbortSignal,
+  ): Promise<Reply> {
+    const calls: CallLimiter[] = [];
+    try {
+      return await invoke(req, {
+        ...deps,
+        openMilo: (node, requestMs, deadline, flow) => {
+          const call = this.#limiter.forCall(flow.route);
+          calls.push(call);
+          return this.#open(node, requestMs, deadline, call, flow.purpose, signal);
+        },
+      });
+    } finally {
+      for (const c of calls) c.close();
+    }
   }
 
   async #record(reply: Reply, started: number, why?: string): Promise<void> {
@@ -255,6 +294,8 @@ export class Agent {
     node: NodeConfig,
     requestMs: number,
     deadline: number,
+    limiter: CallLimiter,
+    purpose: Purpose,
     signal?: AbortSignal,
   ): Promise<MiloClient> {
     const [token, client] = await Promise.all([
@@ -272,10 +313,12 @@ export class Agent {
       deadline,
       client,
       signal,
-      limiter: this.#limiter,
+      limiter,
+      purpose,
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });
+        this.#ready.observe(e.status);
       },
     });
   }
@@ -293,13 +336,14 @@ export class Agent {
       const node = await readNodeConfig(this.#env);
       this.#node = node;
       const t = node.timeouts;
-      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs);
+      const call = this.#limiter.forCall(RECONCILE_ROUTE);
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs, call, "release");
       const r = await reconcile({
         node,
         milo,
         graceMs: node.reconcile.graceS * 1000,
         dryRun: false,
-      });
+      }).finally(() => call.close());
       const waiting = r.kept.filter((k) => /absent|younger/.test(k.reason)).length;
       this.metrics.reconcileCandidates.add({}, waiting + r.released.length);
       for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
@@ -329,7 +373,30 @@ export class Agent {
       .then((s) => s.size, () => 0);
     this.metrics.rateLimit.set(this.#limiter.rate);
     this.metrics.concurrencyLimit.set(this.#limiter.concurrency);
+    const journal = new Journal(this.#node.stateDir);
+    this.metrics.journalOwed.set(await journal.countOwed().catch(() => NaN));
+    this.metrics.journalMax.set(journal.max);
+    this.metrics.ready.set(await this.#ready.probe() === null ? 1 : 0);
     return this.metrics.render(size);
+  }
+
+  /** Asks Milo with the node's token for its IPClasses; the node's default classes must be there. */
+  async #checkMilo(): Promise<string | null> {
+    try {
+      const node = await readNodeConfig(this.#env);
+      const t = node.timeouts;
+      // The node's own flow, as its reconcile's: a probe never takes a tenant's turn.
+      const call = this.#limiter.forCall(RECONCILE_ROUTE);
+      const milo = await this.#open(node, t.requestMs, Date.now() + t.totalMs, call, "release");
+      const names = await milo.listClassNames().finally(() => call.close());
+      const classes = node.defaults.classes as { ipv4?: string; ipv6?: string } | undefined;
+      const want = [classes?.ipv4, classes?.ipv6].filter((c): c is string => !!c);
+      const missing = want.filter((c) => !names.includes(c));
+      if (missing.length) return `IPClass ${missing.join(", ")} not found in Milo`;
+      return null;
+    } catch (err) {
+      return `Milo is not usable with the node's token: ${toCniError(err).message}`;
+    }
   }
 }
 
@@ -362,7 +429,7 @@ export async function agentCli(args: string[]): Promise<number> {
   }
   const env = (n: string) =>
     n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
-  const agent = new Agent(await readNodeConfig(env), env);
+  const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();
   console.error(`milo-ipam agent listening on ${agent.socket}`);
   const { promise, resolve } = Promise.withResolvers<string>();

@@ -80,7 +80,12 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
 /** What names an attachment's claims. */
 export type Named =
   & Pick<Attachment, "cluster" | "containerId" | "ifname">
-  & Partial<Pick<Attachment, "identity" | "network" | "podNamespace" | "podName">>;
+  & Partial<
+    Pick<
+      Attachment,
+      "identity" | "network" | "podNamespace" | "podName" | "vpc" | "vpcattachment"
+    >
+  >;
 
 /** How each identity's claim names begin. */
 const NAME_PREFIX: Record<Identity, string> = {
@@ -92,20 +97,22 @@ const NAME_PREFIX: Record<Identity, string> = {
 /**
  * Deterministic DNS-1123 claim name of one family, by the network's identity:
  * `pod-…` from (cluster, container, interface), `podid-…` from (cluster, pod
- * namespace, pod name, network, interface), `slot-…` from (cluster, network,
+ * namespace, pod name, network, interface), `slot-…` from (cluster, pod
+ * namespace, and what galactic keys an interface by: `vpc` and
+ * `vpcattachment` when the master config has both, else the network's name;
  * interface). Every retry and every DEL derives the same name; a re-created
  * pod (`pod`) or the slot's next pod (`network`) derives it again, which is
- * what re-binds its retained address in Milo. Pod identity without the pod's
- * namespace and name is a config error (7), never the container's name.
+ * what re-binds its retained address in Milo. A slot belongs to one
+ * namespace: another namespace's config, whatever it names, derives another
+ * name. Pod identity without the pod's namespace and name is a config error
+ * (7), never the container's name.
  */
 export function claimName(a: Named, family: Family): string {
   const fam = family === "ipv4" ? "v4" : "v6";
   const identity = a.identity ?? "attachment";
   const prefix = NAME_PREFIX[identity];
   if (identity === "attachment") return `${prefix}${attachmentHash(a)}-${fam}`;
-  if (identity === "network") {
-    return `${prefix}${hashOf(["network", a.cluster, a.network ?? "", a.ifname])}-${fam}`;
-  }
+  if (identity === "network") return `${prefix}${hashOf(slotKey(a))}-${fam}`;
   if (!a.podNamespace || !a.podName) {
     throw new CniError(
       "config",
@@ -116,6 +123,19 @@ export function claimName(a: Named, family: Family): string {
   return `${prefix}${
     hashOf(["pod", a.cluster, a.podNamespace, a.podName, a.network ?? "", a.ifname])
   }-${fam}`;
+}
+
+/**
+ * What a slot (`network` identity) is named from. galactic keys an interface by
+ * (`vpc`, `vpcattachment`) (datum-cloud/galactic `internal/crdnames/crdnames.go`
+ * BGPAdvertisementName, `internal/plumbing/intf/intf.go`), never by the
+ * conflist's free-text `name`, which its NADs reuse across namespaces and VPCs.
+ */
+function slotKey(a: Named): string[] {
+  const ns = a.podNamespace ?? "";
+  return a.vpc !== undefined && a.vpcattachment !== undefined
+    ? ["slot-vpc", a.cluster, ns, a.vpc, a.vpcattachment, a.ifname]
+    : ["slot-net", a.cluster, ns, a.network ?? "", a.ifname];
 }
 
 /** True when the claims of `a` can be named: pod identity needs the pod's namespace and name. */

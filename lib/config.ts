@@ -66,9 +66,15 @@ function isProxyUrl(text: string): boolean {
   }
 }
 
-function isLoopbackHostPort(text: string): boolean {
+/**
+ * Where the agent's metrics may listen: a loopback `HOST:PORT`, or every
+ * address of the node (`0.0.0.0:PORT`, `[::]:PORT`) for a Prometheus in the
+ * cluster to scrape.
+ */
+function isMetricsListen(text: string): boolean {
   const m = /^(.+):(\d{1,5})$/.exec(text);
-  return !!m && Number(m[2]) <= 65535 && isLoopbackHost(m[1]);
+  if (!m || Number(m[2]) > 65535) return false;
+  return isLoopbackHost(m[1]) || m[1] === "0.0.0.0" || m[1] === "[::]";
 }
 
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
@@ -112,7 +118,9 @@ const nodeShape = {
     z.object({
       socket: withDefault(path, DEFAULT_AGENT_SOCKET),
       metrics: z.optional(
-        nonEmpty.check(z.refine(isLoopbackHostPort, "must be a loopback HOST:PORT")),
+        nonEmpty.check(
+          z.refine(isMetricsListen, "must be a loopback HOST:PORT, 0.0.0.0:PORT or [::]:PORT"),
+        ),
       ),
       reconcileIntervalS: withDefault(int(10, 86_400), 300),
     }),
@@ -192,6 +200,20 @@ export const NodeConfigSchema = z.object({
 /** The per-network part of the schema, applied to node defaults merged with the ipam block. */
 export const NetworkConfigSchema = z.object(networkShape);
 
+/** The node config's keys: its own, and the network keys it may give defaults for. */
+const NODE_KEYS: KeyTree = {
+  type: null,
+  ...keyTree(z.object(nodeShape)),
+  ...keyTree(NetworkConfigSchema),
+};
+
+/** The ipam block's keys: the network keys, `type`, and node keys (refused by value). */
+const IPAM_KEYS: KeyTree = {
+  type: null,
+  ...keyTree(NetworkConfigSchema),
+  ...Object.fromEntries(NODE_ONLY_KEYS.map((k) => [k, null])),
+};
+
 /** Validated node settings, with the node name resolved and the file it came from. */
 export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "resultsDirs"> & {
   node: string;
@@ -215,6 +237,73 @@ export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"
 
 function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
   return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
+}
+
+/** The keys a schema's objects know, by nesting: null for a value with no keys of its own. */
+type KeyTree = { [key: string]: KeyTree | null } | null;
+
+/** The known keys of `schema`'s objects (a record's values under `*`), from the one schema. */
+function keyTree(schema: unknown): KeyTree {
+  // deno-lint-ignore no-explicit-any
+  const def = (schema as any)?._zod?.def;
+  if (!def) return null;
+  if (def.type === "default" || def.type === "optional" || def.type === "nullable") {
+    return keyTree(def.innerType);
+  }
+  if (def.type === "object") {
+    return Object.fromEntries(Object.entries(def.shape).map(([k, v]) => [k, keyTree(v)]));
+  }
+  if (def.type === "record") {
+    const values = keyTree(def.valueType);
+    return values ? { "*": values } : null;
+  }
+  return null;
+}
+
+/** Edit distance (insertions, deletions, substitutions, adjacent swaps) between two keys. */
+function distance(a: string, b: string): number {
+  const x = a.toLowerCase(), y = b.toLowerCase();
+  const d = Array.from({ length: x.length + 1 }, (_, i) => [i, ...Array(y.length).fill(0)]);
+  for (let j = 1; j <= y.length; j++) d[0][j] = j;
+  for (let i = 1; i <= x.length; i++) {
+    for (let j = 1; j <= y.length; j++) {
+      const cost = x[i - 1] === y[j - 1] ? 0 : 1;
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost);
+      if (i > 1 && j > 1 && x[i - 1] === y[j - 2] && x[i - 2] === y[j - 1]) {
+        d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[x.length][y.length];
+}
+
+/** The known key nearest to `key` (the first of equals, in the schema's order). */
+export function nearestKey(key: string, known: string[]): string {
+  let best = known[0];
+  for (const k of known) if (distance(key, k) < distance(key, best)) best = k;
+  return best;
+}
+
+/**
+ * Throws code 7 for the first key of `value` that `tree` does not know,
+ * naming it and the nearest known key at its place: a typo (`gateway` for
+ * `gateways`) would otherwise be dropped, and its setting silently absent.
+ */
+function refuseUnknownKeys(value: unknown, tree: KeyTree, at: string, where: string): void {
+  if (!tree || !isPlainObject(value)) return;
+  const known = Object.keys(tree).filter((k) => k !== "*");
+  for (const [k, v] of Object.entries(value)) {
+    const sub = Object.hasOwn(tree, k) ? tree[k] : tree["*"];
+    if (sub === undefined) {
+      const near = nearestKey(k, known);
+      throw new CniError(
+        "config",
+        `${where}field ${at}${k}: unknown key; the nearest known key is ${near}`,
+        `known keys${at ? ` of ${at.slice(0, -1)}` : ""}: ${known.join(", ")}`,
+      );
+    }
+    refuseUnknownKeys(v, sub, `${at}${k}.`, where);
+  }
 }
 
 /** A node config as validated, before the node name falls back to the environment. */
@@ -263,6 +352,7 @@ export function validateNodeConfig(values: unknown, path: string): ValidatedNode
     throw new CniError("config", `node config ${path} must be a JSON object`);
   }
   const { type: _type, ...rest } = values;
+  refuseUnknownKeys(rest, NODE_KEYS, "", `node config ${path}: `);
   const parsed = NodeConfigSchema.safeParse(rest);
   if (!parsed.success) {
     const issues = issuesOf(parsed.error, "");
@@ -317,6 +407,7 @@ const MERGED = ["classes", "gateways", "prefixLengths"] as const;
 
 /** The network settings: node defaults under the ipam block (key by key in MERGED objects). */
 export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): NetworkConfig {
+  refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "");
   refuseNodeKeys(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
   for (const key of NETWORK_KEYS) {

@@ -10,7 +10,7 @@ import {
   validateNodeConfig,
   withNodeName,
 } from "./config.ts";
-import { CniError } from "./errors.ts";
+import { CniError, errorText } from "./errors.ts";
 import {
   DEFAULT_NODE_CONFIG,
   dirOf,
@@ -88,7 +88,10 @@ async function readText(path: string, source: NodeConfigSource): Promise<string 
       throw new CniError(
         "env",
         `cannot read MILO_IPAM_CONFIG=${path}`,
-        err instanceof Error ? err.message : String(err),
+        err instanceof Deno.errors.NotCapable
+          ? `${errorText(err)}; the plugin reads only the node config named at install: ` +
+            "install again with --config naming this file"
+          : errorText(err),
       );
     }
     if (err instanceof Deno.errors.NotFound) return undefined;
@@ -99,10 +102,6 @@ async function readText(path: string, source: NodeConfigSource): Promise<string 
         "install milo-ipam with --config naming this file",
       );
     }
-    throw new CniError(
-      "config",
-      `cannot read node config ${path}`,
-      err instanceof Error ? err.message : String(err),
-    );
+    throw new CniError("config", `cannot read node config ${path}`, errorText(err));
   }
 }

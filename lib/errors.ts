@@ -136,6 +136,12 @@ export function isTransientStatus(status: number): boolean {
   return outcomeOfHttpStatus(status) === "transient";
 }
 
+/** What an operator does about a sandbox refusal (never Deno's `--allow-*` advice). */
+export const SANDBOX_ADVICE = "the sandbox is derived from the node config at install: install " +
+  "again with the node config that names this path or host (deno task install --dir DIR " +
+  "--config FILE; in Kubernetes, roll the DaemonSet, whose init container installs from the " +
+  "ConfigMap); the sweep reaches the Kubernetes API only when installed with --kube";
+
 /** Converts anything thrown into a {@link CniError}, never leaking a stack. */
 export function toCniError(err: unknown): CniError {
   if (err instanceof CniError) return err;
@@ -143,17 +149,30 @@ export function toCniError(err: unknown): CniError {
     return new CniError(
       "sandbox",
       "the permission sandbox refused an operation",
-      errorText(err),
+      `${errorText(err)}; ${SANDBOX_ADVICE}`,
     );
   }
   return new CniError("internal", "unexpected failure", errorText(err));
 }
 
-/** The message of an error without its stack. */
+/**
+ * Deno's refusal (`Requires read access to "/x", run again with the
+ * --allow-read flag`) as what it means here: the installed sandbox does not
+ * grant it. Running again with a flag is not something an operator of an
+ * installed plugin can do.
+ */
+export function sandboxText(message: string): string {
+  return message.replace(
+    /Requires (\w+) access to ("[^"]*"|\S+)(?:, (?:run again with|specify the required permissions)[^.;)]*(?:flag|permissions))?/g,
+    (_m, kind: string, what: string) => `the installed sandbox grants no ${kind} access to ${what}`,
+  );
+}
+
+/** The message of an error without its stack (a sandbox refusal translated: {@link sandboxText}). */
 export function errorText(err: unknown): string {
-  if (!(err instanceof Error)) return String(err);
+  if (!(err instanceof Error)) return sandboxText(String(err));
   const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
-  return `${err.name}: ${err.message}${cause}`;
+  return sandboxText(`${err.name}: ${err.message}${cause}`);
 }
 
 /** Folds several failures into one: the first one's code and message, every message in details. */

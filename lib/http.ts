@@ -5,7 +5,7 @@
  * `Retry-After`, and the classification of fetch failures.
  */
 import type { NodeConfig } from "./config.ts";
-import { clip, CniError, errorText, QUOTE_CHARS, scrubValue } from "./errors.ts";
+import { clip, CniError, errorText, QUOTE_CHARS, SANDBOX_ADVICE, scrubValue } from "./errors.ts";
 import { PROXY_ENV_VARS } from "./permissions.ts";
 
 /** A token: one line of visible ASCII without inner whitespace. */
@@ -28,7 +28,7 @@ export async function readConfigFile(field: string, path: string): Promise<strin
       throw new CniError(
         "sandbox",
         `the permission sandbox refused reading ${field} ${path}`,
-        errorText(err),
+        `${errorText(err)}; ${SANDBOX_ADVICE}`,
       );
     }
     throw new CniError("config", `field ${field}: cannot read ${path}`, errorText(err));
@@ -217,7 +217,7 @@ export function fatalFetchError(err: unknown, t: FetchTarget): CniError | undefi
     return new CniError(
       "sandbox",
       `the permission sandbox refused ${t.refused}`,
-      t.hint ? `${errorText(err)}; ${t.hint}` : errorText(err),
+      `${errorText(err)}; ${t.hint ?? SANDBOX_ADVICE}`,
     );
   }
   if (isTlsFailure(err)) {

@@ -15,10 +15,11 @@ import { gc } from "./gc.ts";
 import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
+import type { Purpose, Route } from "./limiter.ts";
 import type { MiloClient } from "./milo.ts";
 import { status } from "./status.ts";
 import { decodeStdin } from "./stdin.ts";
-import { version, versionOf } from "./version.ts";
+import { requireStateFormat, version, versionOf } from "./version.ts";
 
 const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
   ADD: add,
@@ -27,6 +28,9 @@ const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
   STATUS: status,
   GC: gc,
 };
+
+/** The verbs whose requests release claims (the limiter's release flows). */
+const RELEASING: Verb[] = ["DEL", "GC"];
 
 /** The inputs of one invocation. */
 export interface InvokeRequest {
@@ -44,7 +48,13 @@ export interface InvokeRequest {
 /** What an invocation needs from where it runs. */
 export interface InvokeDeps {
   nodeConfig(): Promise<NodeConfig>;
-  openMilo(node: NodeConfig, requestMs: number, deadline: number): Promise<MiloClient>;
+  /** A Milo client for the call's requests; `flow` says whose they are and what for. */
+  openMilo(
+    node: NodeConfig,
+    requestMs: number,
+    deadline: number,
+    flow: { route: Route; purpose: Purpose },
+  ): Promise<MiloClient>;
   /** Told the final deadline (ms since epoch) and the result's version once the config fixes them. */
   onDeadline?(deadline: number, cniVersion: string): void;
   now?(): number;
@@ -97,22 +107,28 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     cni = readCniEnv(req.env);
     record.containerId = cni.containerId || undefined;
     record.ifname = cni.ifname || undefined;
+    const pod = cni.args.K8S_POD_NAME;
+    if (pod) record.pod = `${cni.args.K8S_POD_NAMESPACE ?? ""}/${pod}`;
     node = await deps.nodeConfig();
     record.node = node.node;
+    requireStateFormat(node.stateDir);
     cniVersion = versionOf(stdin);
     conf = parseNetConf(stdin, node, verb);
     record.network = conf.name;
     const t = conf.network.timeouts;
     const final = req.started + t.totalMs;
     deps.onDeadline?.(final, cniVersion);
-    milo = await deps.openMilo(node, t.requestMs, final - rollbackReserveMs(t.totalMs));
+    milo = await deps.openMilo(node, t.requestMs, final - rollbackReserveMs(t.totalMs), {
+      route: { tenant: cni.args.K8S_POD_NAMESPACE ?? "", network: conf.name },
+      purpose: RELEASING.includes(verb) ? "release" : "lease",
+    });
     const inv: Invocation = {
       env: cni,
       conf,
       node,
       attachment: attachmentOf(node, conf, cni),
       milo,
-      rollback: milo.withDeadline(final).unabortable(),
+      rollback: milo.withDeadline(final).unabortable().releasing(),
       journal: new Journal(node.stateDir),
       holdings: new Holdings(node.stateDir),
       deadline: final,

@@ -1,43 +1,66 @@
 /**
- * The agent's node-wide limiter of Milo requests. Every call the agent serves,
- * and its reconcile, take a slot here before each attempt (lib/milo.ts) and
- * report what Milo answered, so a node sends what Milo admits instead of
- * resending what it refused:
+ * The agent's limiter of Milo requests. Every call the agent serves, and its
+ * reconcile, take a slot here before each attempt (lib/milo.ts) and report
+ * what Milo answered, so a node sends what Milo admits instead of resending
+ * what it refused.
  *
- * - **Queue.** Requests wait for a slot, earliest deadline first; one that
- *   gets none before its deadline fails (code 11) without being sent.
- * - **Concurrency** (AIMD): at most `limit` requests in flight, 2 at first;
- *   +1/limit per answer to a request the limits held back, x0.7 on overload.
- *   It bounds what a node sends before Milo's first refusal reaches it. A
- *   request unanswered for 100 ms stops counting (a slow or hung Milo still
- *   gets `limit` requests per 100 ms).
- * - **Rate** (AIMD): unlimited until Milo answers 429 or 503 to a busy node;
- *   then 0.7x what Milo admitted in the last second, x0.7 on each later
- *   overload, +2/rate per answer (+2 requests/s per second of sending at the
- *   rate), unlimited again at 500/s or after a minute without overload. Slots
- *   are paced at the rate, one at a time.
- * - **Retry-After, full jitter, node-wide**: a 429 or 503 pauses every call of
- *   the node for a uniformly random time in [0, Retry-After] (1 s without
- *   one, 60 s at most); then one request probes alone. Its refusal pauses
- *   again (no further cut), its answer reopens the paced slots. Answers to
- *   requests sent before the pause began are old news: they neither pause nor
- *   cut again. A node that is not busy (nothing queued) only pauses.
+ * Requests belong to **flows**: one per purpose (leasing: ADD, CHECK,
+ * STATUS; releasing: DEL, GC, an ADD's rollback), tenant (the pod's
+ * namespace) and network, and one for the node reconcile. Each flow pauses,
+ * probes and adapts its rate and concurrency to Milo's answers to its own
+ * requests (lib/limiter_flow.ts): one tenant's refusals hold back neither
+ * another tenant's calls nor the reconcile, and a DEL is never held back by
+ * the refusals of the ADD it rolls back. Node-wide:
+ *
+ * - **Queue.** Requests wait for a slot; one that gets none before its
+ *   deadline fails (code 11) without being sent.
+ * - **Fairness.** Of the requests whose flow admits them, the tenant served
+ *   least recently goes first, then the earliest deadline.
+ * - **Ceiling.** At most {@link LIMITS.maxConcurrency} requests in flight in
+ *   all flows together.
+ * - **A call that has answered** holds nothing: its waiting requests leave
+ *   and its unanswered slots stop counting ({@link CallLimiter.close}).
  */
+import { Flow, type LimiterEvent, LIMITS, type Outcome } from "./limiter_flow.ts";
 import { type Timer, timer } from "./timers.ts";
 
-/** What Milo answered one attempt: its HTTP status (`error`: none), and its `Retry-After`. */
-export interface Outcome {
-  status: number | "error";
-  retryAfterMs?: number;
-}
+export { type LimiterEvent, LIMITS, type Outcome } from "./limiter_flow.ts";
 
 /** A granted slot: report the attempt's outcome once it is known (again: ignored). */
 export interface Slot {
   done(outcome: Outcome): void;
 }
 
-/** Counted events: a request waited for a slot, failed at its deadline unsent, a pause, a cut. */
-export type LimiterEvent = "queued" | "expired" | "paused" | "cut";
+/** What asking for a slot came to. */
+export type Acquired = Slot | "deadline" | "aborted";
+
+/** Why a request is sent: to lease (ADD, CHECK, STATUS) or to release (DEL, GC, a rollback). */
+export type Purpose = "lease" | "release";
+
+/** Whose call it is: the pod's namespace (its tenant) and the network's name. */
+export interface Route {
+  tenant: string;
+  network: string;
+}
+
+/** The route of the node reconcile's requests: no namespace or network is named so. */
+export const RECONCILE_ROUTE: Route = Object.freeze({ tenant: "(node)", network: "(reconcile)" });
+
+/** What a Milo client asks of a limiter: a slot for one attempt. */
+export interface RequestLimiter {
+  /**
+   * A slot for one attempt, as soon as the limits allow: `deadline` when
+   * none comes before it (at once when a pause outlasts it), `aborted` when
+   * `signal` aborts first. Never rejects.
+   */
+  acquire(deadline: number, signal?: AbortSignal, purpose?: Purpose): Promise<Acquired>;
+}
+
+/** One call's view of the node's limiter. */
+export interface CallLimiter extends RequestLimiter {
+  /** The call has answered: its waiting requests leave, its unanswered slots stop counting. */
+  close(): void;
+}
 
 /** The limiter's clock, random and counters; everything has a default. */
 export interface LimiterOptions {
@@ -47,70 +70,36 @@ export interface LimiterOptions {
   onEvent?: (e: LimiterEvent) => void;
 }
 
-/** The limiter's parameters (see the module comment). */
-export const LIMITS = Object.freeze({
-  initialConcurrency: 2,
-  maxConcurrency: 64,
-  /** How long an unanswered slot counts against the concurrency (and a probe holds the rest). */
-  holdMs: 100,
-  /** Multiplicative decrease of rate and concurrency on overload. */
-  decrease: 0.7,
-  /** Additive increase of the rate: requests/s gained per second of sending at it. */
-  increasePerS: 2,
-  /** The first rate: this share of what Milo admitted in the last second. */
-  firstShare: 0.7,
-  minRate: 1,
-  /** A rate this high is no limit: the limiter drops it. */
-  maxRate: 500,
-  /** How far back Milo's admitted requests are counted for the first rate. */
-  acceptWindowMs: 1_000,
-  /** The pause (jittered) after a 429 or 503 without Retry-After, and the most honoured. */
-  defaultPauseMs: 1_000,
-  maxPauseMs: 60_000,
-  /** Another cut needs an admitted request since the last, or this long. */
-  cutHoldMs: 1_000,
-  /** Without overload for this long, the rate is unlimited again. */
-  quietMs: 60_000,
-});
-
 interface Waiter {
+  flow: Flow;
+  tenant: string;
+  call: object;
   deadline: number;
   seq: number;
   /** It was not granted on arrival. */
   waited?: boolean;
-  resolve(r: Slot | "deadline" | "aborted"): void;
+  resolve(r: Acquired): void;
   signal?: AbortSignal;
   onAbort?: () => void;
 }
 
-/** True for Milo's overload answers. */
-const isOverload = (s: number | "error") => s === 429 || s === 503;
+/** Tenants remembered for fairness at most; past it the order starts afresh. */
+const MAX_TENANTS = 4_096;
+/** The route of requests whose caller names none (tests, tools). */
+const ANONYMOUS: Route = { tenant: "", network: "" };
 
 /** One node's limiter; see the module comment. */
-export class MiloLimiter {
+export class MiloLimiter implements RequestLimiter {
   readonly #now: () => number;
   readonly #timer: (ms: number) => Timer;
   readonly #random: () => number;
   readonly #onEvent: (e: LimiterEvent) => void;
+  readonly #flows = new Map<string, Flow>();
   #queue: Waiter[] = [];
   #seq = 0;
-  /** When the slots still unanswered were granted. */
-  #out: number[] = [];
-  #limit: number = LIMITS.initialConcurrency;
-  #rate = Infinity;
-  /** When the next slot may start by the rate. */
-  #nextAt = 0;
-  /** Counts the pauses: an answer to a slot granted before the last one is old news. */
-  #epoch = 0;
-  #pauseUntil = -Infinity;
-  #probing = false;
-  /** When the probe still unanswered was granted. */
-  #probeAt = -Infinity;
-  #lastCut = -Infinity;
-  #admittedSinceCut = true;
-  #lastOverload = -Infinity;
-  /** When Milo admitted the requests of the last {@link LIMITS.acceptWindowMs}. */
-  #admitted: number[] = [];
+  /** When each tenant was last granted a slot (a count of grants). */
+  readonly #served = new Map<string, number>();
+  #grants = 0;
   #wake: { at: number; timer: Timer } | undefined;
 
   constructor(o: LimiterOptions = {}) {
@@ -120,14 +109,15 @@ export class MiloLimiter {
     this.#onEvent = o.onEvent ?? (() => {});
   }
 
-  /** The allowed rate in requests/s (Infinity: none). */
+  /** The lowest rate any flow allows now, in requests/s (Infinity: none). */
   get rate(): number {
-    return this.#rate;
+    return Math.min(Infinity, ...[...this.#flows.values()].map((f) => f.rate));
   }
 
-  /** The most requests in flight at once. */
+  /** The lowest concurrency any flow allows now. */
   get concurrency(): number {
-    return Math.max(1, Math.floor(this.#limit));
+    const all = [...this.#flows.values()].map((f) => f.concurrency);
+    return all.length ? Math.min(...all) : LIMITS.initialConcurrency;
   }
 
   /** Requests waiting for a slot. */
@@ -135,30 +125,53 @@ export class MiloLimiter {
     return this.#queue.length;
   }
 
-  /**
-   * A slot for one attempt, as soon as the limits allow: `deadline` when
-   * none comes before it (at once when a pause outlasts it), `aborted` when
-   * `signal` aborts first. Never rejects.
-   */
-  acquire(deadline: number, signal?: AbortSignal): Promise<Slot | "deadline" | "aborted"> {
+  /** Flows remembered. */
+  get flows(): number {
+    return this.#flows.size;
+  }
+
+  /** A limiter for one call of `route`: its requests are one call's, until it is closed. */
+  forCall(route: Route): CallLimiter {
+    const call = {};
+    let closed = false;
+    return {
+      acquire: (deadline, signal, purpose = "lease") =>
+        closed ? Promise.resolve("aborted") : this.#acquire(route, purpose, call, deadline, signal),
+      close: () => {
+        closed = true;
+        this.#forget(call);
+      },
+    };
+  }
+
+  /** A slot for a request of its own call, of no tenant or network. */
+  acquire(deadline: number, signal?: AbortSignal, purpose: Purpose = "lease"): Promise<Acquired> {
+    return this.#acquire(ANONYMOUS, purpose, {}, deadline, signal);
+  }
+
+  #acquire(
+    route: Route,
+    purpose: Purpose,
+    call: object,
+    deadline: number,
+    signal: AbortSignal | undefined,
+  ): Promise<Acquired> {
     if (signal?.aborted) return Promise.resolve("aborted");
-    const now = this.#now();
-    if (this.#rate !== Infinity && now - this.#lastOverload >= LIMITS.quietMs) {
-      this.#rate = Infinity;
-    }
+    const flow = this.#flow(`${purpose}\u0000${route.tenant}\u0000${route.network}`);
+    flow.refresh(this.#now());
     return new Promise((resolve) => {
-      const w: Waiter = { deadline, seq: this.#seq++, resolve, signal };
+      const w: Waiter = { flow, tenant: route.tenant, call, deadline, seq: this.#seq++, resolve };
       if (signal) {
+        w.signal = signal;
         w.onAbort = () => {
-          this.#queue = this.#queue.filter((x) => x !== w);
+          this.#leave(w);
           resolve("aborted");
           this.#pump();
         };
         signal.addEventListener("abort", w.onAbort, { once: true });
       }
-      let i = this.#queue.length;
-      while (i > 0 && before(w, this.#queue[i - 1])) i--;
-      this.#queue.splice(i, 0, w);
+      this.#queue.push(w);
+      flow.waiting.set(call, (flow.waiting.get(call) ?? 0) + 1);
       this.#pump();
       if (this.#queue.includes(w)) {
         w.waited = true;
@@ -167,111 +180,107 @@ export class MiloLimiter {
     });
   }
 
+  /**
+   * The flow of `key`, made when new. Past maxFlows, flows that learned
+   * nothing are forgotten, then idle ones: only flows with requests waiting
+   * or in flight (bounded by the calls in flight) are kept past it.
+   */
+  #flow(key: string): Flow {
+    const known = this.#flows.get(key);
+    if (known) return known;
+    const now = this.#now();
+    if (this.#flows.size >= LIMITS.maxFlows) {
+      for (const [k, f] of this.#flows) if (f.fresh(now)) this.#flows.delete(k);
+    }
+    if (this.#flows.size >= LIMITS.maxFlows) {
+      for (const [k, f] of this.#flows) if (f.idle(now)) this.#flows.delete(k);
+    }
+    const flow = new Flow(this.#now, this.#random, this.#onEvent);
+    this.#flows.set(key, flow);
+    return flow;
+  }
+
+  /** Takes `w` out of the queue and of its flow's count. */
+  #leave(w: Waiter): void {
+    const i = this.#queue.indexOf(w);
+    if (i < 0) return;
+    this.#queue.splice(i, 1);
+    const n = (w.flow.waiting.get(w.call) ?? 1) - 1;
+    if (n > 0) w.flow.waiting.set(w.call, n);
+    else w.flow.waiting.delete(w.call);
+  }
+
+  /** A call has answered: its waiters leave (aborted) and its slots stop counting. */
+  #forget(call: object): void {
+    for (const w of this.#queue.filter((w) => w.call === call)) {
+      this.#leave(w);
+      this.#settle(w, "aborted");
+    }
+    for (const f of this.#flows.values()) {
+      for (let i = f.out.length - 1; i >= 0; i--) if (f.out[i].call === call) f.out.splice(i, 1);
+    }
+    this.#pump();
+  }
+
   /** Grants what the limits allow now, fails what cannot make its deadline, and sets the next wake. */
   #pump(): void {
     const now = this.#now();
-    const blockedUntil = Math.max(now, this.#pauseUntil);
-    this.#queue = this.#queue.filter((w) => {
-      if (w.deadline > blockedUntil) return true;
+    for (const w of [...this.#queue]) {
+      if (w.deadline > Math.max(now, w.flow.pauseUntil)) continue;
+      this.#leave(w);
       this.#settle(w, "deadline");
       this.#onEvent("expired");
-      return false;
-    });
-    while (this.#queue.length && this.#freeAt(now) <= now) this.#grant(this.#queue.shift()!, now);
+    }
+    while (this.#nodeFreeAt(now) <= now) {
+      const w = this.#next(now);
+      if (!w) break;
+      this.#grant(w, now);
+    }
     this.#schedule(now);
   }
 
-  /**
-   * When the next slot may start: after the pause, at the paced rate, once a
-   * slot of the concurrency (or the probe) is free. A slot unanswered for
-   * {@link LIMITS.holdMs} no longer holds its place: a slow or hung Milo
-   * still gets requests, at most `concurrency` per `holdMs`.
-   */
-  #freeAt(now: number): number {
-    let at = Math.max(this.#pauseUntil, this.#nextAt);
-    const held = this.#out.filter((t) => t > now - LIMITS.holdMs);
-    if (held.length >= this.concurrency) {
-      at = Math.max(at, held.sort((a, b) => b - a)[this.concurrency - 1] + LIMITS.holdMs);
+  /** The waiter to grant now: its flow admits it; the tenant served least recently, then EDF. */
+  #next(now: number): Waiter | undefined {
+    let best: Waiter | undefined;
+    let bestServed = Infinity;
+    for (const w of this.#queue) {
+      if (w.flow.freeAt(now, w.call) > now) continue;
+      const served = this.#served.get(w.tenant) ?? -1;
+      if (
+        !best || served < bestServed ||
+        (served === bestServed && before(w, best))
+      ) [best, bestServed] = [w, served];
     }
-    if (this.#probing) at = Math.max(at, this.#probeAt + LIMITS.holdMs);
-    return at;
+    return best;
   }
 
-  #grant(w: Waiter, grantedAt: number): void {
-    const now = grantedAt;
-    this.#out.push(grantedAt);
-    // The limits held it back, or would have: only such answers may raise them.
-    const limited = !!w.waited || this.#queue.length > 0 ||
-      this.#out.filter((t) => t > now - LIMITS.holdMs).length >= this.concurrency;
-    const probe = this.#probing;
-    if (probe) this.#probeAt = grantedAt;
-    if (this.#rate !== Infinity) this.#nextAt = Math.max(this.#nextAt, now) + 1000 / this.#rate;
-    const epoch = this.#epoch;
+  /** When the node-wide ceiling admits another request. */
+  #nodeFreeAt(now: number): number {
+    const held: number[] = [];
+    for (const f of this.#flows.values()) {
+      for (const o of f.out) if (o.at > now - LIMITS.holdMs) held.push(o.at);
+    }
+    if (held.length < LIMITS.maxConcurrency) return now;
+    return held.sort((a, b) => b - a)[LIMITS.maxConcurrency - 1] + LIMITS.holdMs;
+  }
+
+  #grant(w: Waiter, now: number): void {
+    this.#leave(w);
+    const done = w.flow.grant(now, w.call, !!w.waited);
+    if (this.#served.size >= MAX_TENANTS && !this.#served.has(w.tenant)) this.#served.clear();
+    this.#served.set(w.tenant, ++this.#grants);
     let open = true;
     this.#settle(w, {
       done: (o: Outcome) => {
         if (!open) return;
         open = false;
-        this.#out.splice(this.#out.indexOf(grantedAt), 1);
-        if (probe && this.#probeAt === grantedAt) this.#probeAt = -Infinity;
-        this.#answered(o, epoch, probe, limited);
+        done(o);
         this.#pump();
       },
     });
   }
 
-  /** Adapts the limits to one answer. */
-  #answered(o: Outcome, epoch: number, probe: boolean, limited: boolean): void {
-    const now = this.#now();
-    if (o.status === "error" || (o.status >= 500 && !isOverload(o.status))) {
-      if (probe) this.#probing = false;
-      return;
-    }
-    if (!isOverload(o.status)) {
-      if (probe) this.#probing = false;
-      this.#admitted.push(now);
-      while (now - this.#admitted[0] >= LIMITS.acceptWindowMs) this.#admitted.shift();
-      // Sent before the last pause: it says nothing of the limits set since.
-      if (!limited || epoch !== this.#epoch) return;
-      this.#admittedSinceCut = true;
-      this.#limit = Math.min(LIMITS.maxConcurrency, this.#limit + 1 / this.#limit);
-      if (this.#rate !== Infinity) {
-        this.#rate += LIMITS.increasePerS / this.#rate;
-        if (this.#rate >= LIMITS.maxRate) this.#rate = Infinity;
-      }
-      return;
-    }
-    this.#lastOverload = now;
-    // Sent before the last pause began: that pause (and its cut) answered it already.
-    if (epoch !== this.#epoch) return;
-    const pauseMs = Math.min(LIMITS.maxPauseMs, o.retryAfterMs ?? LIMITS.defaultPauseMs);
-    this.#epoch++;
-    this.#pauseUntil = Math.max(this.#pauseUntil, now + this.#random() * pauseMs);
-    this.#probing = true;
-    this.#onEvent("paused");
-    // A node that is not busy did not cause the overload; one refused probe is no new news.
-    const busy = limited || this.#queue.length > 0;
-    const due = this.#admittedSinceCut || now - this.#lastCut >= LIMITS.cutHoldMs;
-    if (!busy || !due) return;
-    this.#lastCut = now;
-    this.#admittedSinceCut = false;
-    this.#limit = Math.max(1, this.#limit * LIMITS.decrease);
-    this.#rate = Math.max(
-      LIMITS.minRate,
-      this.#rate === Infinity
-        ? this.#admittedRecently(now) * LIMITS.firstShare
-        : this.#rate * LIMITS.decrease,
-    );
-    this.#onEvent("cut");
-  }
-
-  /** Requests Milo admitted in the last {@link LIMITS.acceptWindowMs}, per second. */
-  #admittedRecently(now: number): number {
-    while (now - this.#admitted[0] >= LIMITS.acceptWindowMs) this.#admitted.shift();
-    return this.#admitted.length * 1000 / LIMITS.acceptWindowMs;
-  }
-
-  #settle(w: Waiter, r: Slot | "deadline" | "aborted"): void {
+  #settle(w: Waiter, r: Acquired): void {
     if (w.onAbort) w.signal?.removeEventListener("abort", w.onAbort);
     w.resolve(r);
   }
@@ -283,7 +292,11 @@ export class MiloLimiter {
       this.#wake = undefined;
       return;
     }
-    const at = Math.min(this.#freeAt(now), ...this.#queue.map((w) => w.deadline));
+    const node = this.#nodeFreeAt(now);
+    let at = Infinity;
+    for (const w of this.#queue) {
+      at = Math.min(at, w.deadline, Math.max(node, w.flow.freeAt(now, w.call)));
+    }
     if (this.#wake && this.#wake.at <= at && this.#wake.at > now) return;
     this.#wake?.timer.cancel();
     const t = this.#timer(at - now);

@@ -79,6 +79,14 @@ export class Metrics {
   readonly throttled = new Counter();
   readonly rateLimit = new Gauge();
   readonly concurrencyLimit = new Gauge();
+  /** Releases the node's journal owes now (read at each scrape). */
+  readonly journalOwed = new Gauge();
+  /** Releases owed at which ADDs are refused. */
+  readonly journalMax = new Gauge();
+  /** 1 while the readiness probe passes (Milo answered with the node's token), else 0. */
+  readonly ready = new Gauge();
+  /** The release running (the `release` label of `milo_ipam_build_info`). */
+  release = "";
 
   /** Prometheus text exposition; `fallbacks` is read from the plugin's counter file. */
   render(fallbacks: number): string {
@@ -122,13 +130,13 @@ export class Metrics {
       ...family(
         "milo_ipam_milo_rate_limit",
         "gauge",
-        "Requests per second the node's Milo limiter allows now (+Inf: no limit).",
+        "Requests per second the node's Milo limiter allows its most limited flow now (+Inf: none).",
         this.rateLimit.lines("milo_ipam_milo_rate_limit"),
       ),
       ...family(
         "milo_ipam_milo_concurrency_limit",
         "gauge",
-        "Milo requests the node's limiter lets be in flight at once now.",
+        "Milo requests the node's limiter lets its most limited flow have in flight at once now.",
         this.concurrencyLimit.lines("milo_ipam_milo_concurrency_limit"),
       ),
       ...family(
@@ -160,6 +168,30 @@ export class Metrics {
         "gauge",
         "Claims under this node name made by another host, at the last reconcile.",
         this.otherHostClaims.lines("milo_ipam_other_host_claims"),
+      ),
+      ...family(
+        "milo_ipam_release_journal_owed",
+        "gauge",
+        "Releases the node's journal owes (failed DELs and rollbacks reconcile retries).",
+        this.journalOwed.lines("milo_ipam_release_journal_owed"),
+      ),
+      ...family(
+        "milo_ipam_release_journal_max",
+        "gauge",
+        "Owed releases at which ADDs are refused (code 11) until reconcile makes some.",
+        this.journalMax.lines("milo_ipam_release_journal_max"),
+      ),
+      ...family(
+        "milo_ipam_ready",
+        "gauge",
+        "1 while Milo answers the node's token (the readiness probe), else 0.",
+        this.ready.lines("milo_ipam_ready"),
+      ),
+      ...family(
+        "milo_ipam_build_info",
+        "gauge",
+        "The milo-ipam release the agent runs (always 1).",
+        [`milo_ipam_build_info${labelText({ release: this.release })} 1`],
       ),
       ...family(
         "milo_ipam_token_reload_failures_total",

@@ -1,6 +1,6 @@
 /**
- * The agent's metrics listener: `GET /metrics` over plain HTTP/1.1 on a
- * loopback port, bounded so that nobody who can reach the port can grow the
+ * The agent's metrics listener: `GET /metrics`, `/readyz` and `/livez` over
+ * plain HTTP/1.1 on the port `agent.metrics` names, bounded so that nobody who can reach the port can grow the
  * agent: at most {@link MAX_CONNECTIONS} connections at once (more are
  * closed as they are accepted), a request head of at most {@link HEAD_BYTES}
  * read within {@link HEAD_MS}, one answer per connection, then close.
@@ -21,11 +21,24 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-/** Serves `render()` at `GET /metrics` on `hostname:port`. */
+/** A probe: null when it passes, else why it fails (answered 503 with that text). */
+export type Probe = () => Promise<string | null>;
+
+/** The probes served beside the metrics: `GET /readyz` and `GET /livez`. */
+export interface Probes {
+  ready: Probe;
+  live: Probe;
+}
+
+/**
+ * Serves `render()` at `GET /metrics` on `hostname:port`, and the probes at
+ * `GET /readyz` and `GET /livez` (200 `ok`, or 503 and the reason).
+ */
 export function serveMetrics(
   hostname: string,
   port: number,
   render: () => Promise<string>,
+  probes?: Probes,
 ): MetricsServer {
   const listener = Deno.listen({ hostname, port });
   const open = new Set<Promise<void>>();
@@ -36,7 +49,7 @@ export function serveMetrics(
           closeQuietly(conn);
           continue;
         }
-        const p = answer(conn, render).finally(() => {
+        const p = answer(conn, render, probes).finally(() => {
           open.delete(p);
           closeQuietly(conn);
         });
@@ -55,19 +68,28 @@ export function serveMetrics(
   };
 }
 
-async function answer(conn: Deno.Conn, render: () => Promise<string>): Promise<void> {
+async function answer(
+  conn: Deno.Conn,
+  render: () => Promise<string>,
+  probes?: Probes,
+): Promise<void> {
   const head = await within(readHead(conn), HEAD_MS, () => null).catch(() => null);
   if (head === null) return;
   const [method, target = ""] = head.slice(0, head.indexOf("\r\n")).split(" ");
   const path = target.split("?")[0];
+  const probe = path === "/readyz" ? probes?.ready : path === "/livez" ? probes?.live : undefined;
+  const failed = probe && method === "GET" ? await probe().catch((err) => String(err)) : null;
   const [status, body] = method !== "GET"
     ? [405, "method not allowed\n"]
+    : probe
+    ? failed === null ? [200, "ok\n"] : [503, `${failed}\n`]
     : path !== "/metrics"
     ? [404, "not found\n"]
     : [200, await render()];
   const bytes = new TextEncoder().encode(body);
+  const metrics = status === 200 && path === "/metrics";
   const text = `HTTP/1.1 ${status} ${REASONS[status]}\r\n` +
-    `content-type: ${status === 200 ? "text/plain; version=0.0.4" : "text/plain"}\r\n` +
+    `content-type: ${metrics ? "text/plain; version=0.0.4" : "text/plain"}\r\n` +
     `content-length: ${bytes.byteLength}\r\nconnection: close\r\n\r\n`;
   const out = new Uint8Array([...new TextEncoder().encode(text), ...bytes]);
   const write = async () => {
@@ -76,7 +98,12 @@ async function answer(conn: Deno.Conn, render: () => Promise<string>): Promise<v
   await within(write(), WRITE_MS, () => undefined).catch(() => {});
 }
 
-const REASONS: Record<number, string> = { 200: "OK", 404: "Not Found", 405: "Method Not Allowed" };
+const REASONS: Record<number, string> = {
+  200: "OK",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  503: "Service Unavailable",
+};
 
 /** The request head (up to the blank line), or null when it ends first or grows too big. */
 async function readHead(conn: Deno.Conn): Promise<string | null> {

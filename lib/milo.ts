@@ -103,6 +103,11 @@ export class MiloClient {
     return new MiloClient({ ...this.#o, signal: undefined }, this.#counter);
   }
 
+  /** The same client whose requests release (a rollback's): the limiter's release flow. */
+  releasing(): MiloClient {
+    return new MiloClient({ ...this.#o, purpose: "release" }, this.#counter);
+  }
+
   /** Builds a client from the node config: reads and checks the token and TLS files. */
   static async open(
     node: NodeConfig,
@@ -329,7 +334,7 @@ export class MiloClient {
       if (o.deadline - this.#now() < MIN_SEND_MS) break;
       let slot: Slot | undefined;
       if (o.limiter) {
-        const got = await o.limiter.acquire(o.deadline - MIN_SEND_MS, o.signal);
+        const got = await o.limiter.acquire(o.deadline - MIN_SEND_MS, o.signal, o.purpose);
         if (got === "aborted") throw gone();
         if (got === "deadline") {
           last = `${
@@ -381,7 +386,7 @@ export class MiloClient {
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
         if (slot && (status === 429 || status === 503)) {
-          wait = 0; // The limiter's node-wide pause and pacing stand for this request's own.
+          wait = 0; // The limiter's pause and pacing of its flow stand for this request's own.
         } else if (hinted !== undefined) {
           // Full jitter: callers refused together do not come back together.
           wait = Math.max(wait, Math.round(this.#random() * hinted));

@@ -2,7 +2,7 @@
  * What a {@link MiloClient} is given: where Milo is, how long it may try,
  * the node's limiter, and who hears of each attempt.
  */
-import type { MiloLimiter } from "./limiter.ts";
+import type { Purpose, RequestLimiter } from "./limiter.ts";
 
 /** One HTTP exchange as the client saw it, for metrics. */
 export interface RequestEvent {
@@ -31,10 +31,12 @@ export interface ClientOptions {
    * The node's limiter (the agent's, shared by every call): each attempt
    * waits for a slot, one that gets none before the deadline is not sent, and
    * each answer is reported to it. A 429 or 503 then waits on the limiter's
-   * node-wide pause instead of this request's own. Without one (the exec'd
-   * plugin), a `Retry-After` is waited with full jitter.
+   * pause of the request's flow instead of this request's own. Without one
+   * (the exec'd plugin), a `Retry-After` is waited with full jitter.
    */
-  limiter?: MiloLimiter;
+  limiter?: RequestLimiter;
+  /** What the requests are for (the limiter's flow): `lease` unless said. */
+  purpose?: Purpose;
   /** Called after every attempt. */
   onRequest?: (e: RequestEvent) => void;
   /**

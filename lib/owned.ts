@@ -103,8 +103,13 @@ export function untrustedSocket(path: string): string | undefined {
  * never through a symlink or into a file with another name (a hard link):
  * what the path names is checked before the open and compared with what was
  * opened before anything is written. Throws with the reason otherwise.
+ * Answers the file's size after the write (as this process saw it) and its inode.
  */
-export async function appendOwned(path: string, bytes: Uint8Array, mode: number): Promise<void> {
+export async function appendOwned(
+  path: string,
+  bytes: Uint8Array,
+  mode: number,
+): Promise<{ size: number; ino: number | null }> {
   const why = unsafeDir(dirOf(path));
   if (why) throw new Error(`not writing ${path}: ${why}`);
   const before = lstatOrNull(path);
@@ -119,6 +124,7 @@ export async function appendOwned(path: string, bytes: Uint8Array, mode: number)
   }
   if ((opened.nlink ?? 1) > 1) throw new Error(`not writing ${path}: it has other names`);
   for (let at = 0; at < bytes.byteLength;) at += await f.write(bytes.subarray(at));
+  return { size: opened.size + bytes.byteLength, ino: opened.ino };
 }
 
 function lstatOrNull(path: string): Deno.FileInfo | null {

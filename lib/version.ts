@@ -1,4 +1,18 @@
-import { isPlainObject, versionResult } from "./cni.ts";
+import { isPlainObject, SUPPORTED_VERSIONS, versionResult } from "./cni.ts";
+import { CniError, errorText } from "./errors.ts";
+
+/** This release of milo-ipam (docs/upgrade.md lists the releases). */
+export const RELEASE = "0.2.0";
+
+/**
+ * The format of the node state this release writes under `stateDir`
+ * (journal, holdings, locks, reconcile state, host id). A release reads its
+ * own format and older ones, and refuses a newer one.
+ */
+export const STATE_FORMAT = 1;
+
+/** The file under `stateDir` recording the state's format and the release that wrote it. */
+export const STATE_FORMAT_FILE = "format.json";
 
 /** VERSION: the supported CNI versions; needs no config beyond an optional cniVersion. */
 export function version(stdin: string): Record<string, unknown> {
@@ -17,4 +31,92 @@ function requestedVersion(stdin: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** What `milo-ipam version` prints. */
+export function releaseInfo(): Record<string, unknown> {
+  return {
+    release: RELEASE,
+    stateFormat: STATE_FORMAT,
+    cniVersions: [...SUPPORTED_VERSIONS],
+    deno: Deno.version.deno,
+  };
+}
+
+/** The state directories this process found in a format it reads. */
+const checked = new Set<string>();
+
+/**
+ * Refuses a `stateDir` written in a newer state format than this release's
+ * (a rollback past a format change), naming the release that wrote it; a
+ * directory without the record gets this release's (`write`), so a later
+ * release knows what it finds. Checked once per directory and process.
+ */
+export function requireStateFormat(stateDir: string, write = true): void {
+  if (checked.has(stateDir)) return;
+  const path = `${stateDir}/${STATE_FORMAT_FILE}`;
+  let text: string | undefined;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (err) {
+    if (!(err instanceof Deno.errors.NotFound)) {
+      throw new CniError("io", `cannot read the state format record ${path}`, errorText(err));
+    }
+  }
+  if (text === undefined) {
+    if (write) writeFormat(path);
+    checked.add(stateDir);
+    return;
+  }
+  let found: { format?: unknown; release?: unknown } = {};
+  try {
+    const v = JSON.parse(text);
+    if (isPlainObject(v)) found = v;
+  } catch {
+    // Judged below.
+  }
+  if (typeof found.format !== "number" || !Number.isInteger(found.format) || found.format < 1) {
+    throw new CniError(
+      "config",
+      `the state format record ${path} is not {"format": N, "release": "..."}`,
+      "it is written by milo-ipam; restore it, or remove it if this release wrote the state",
+    );
+  }
+  if (found.format > STATE_FORMAT) {
+    throw new CniError(
+      "config",
+      `node state in ${stateDir} is in format ${found.format}, written by milo-ipam ${
+        typeof found.release === "string" ? found.release : "(unknown release)"
+      }; this release (${RELEASE}) reads format ${STATE_FORMAT} and older`,
+      "roll forward to that release or a later one; docs/upgrade.md says which rollbacks " +
+        "keep the state",
+    );
+  }
+  checked.add(stateDir);
+}
+
+function writeFormat(path: string): void {
+  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
+  const text = JSON.stringify({ format: STATE_FORMAT, release: RELEASE }) + "\n";
+  try {
+    Deno.writeTextFileSync(tmp, text, { mode: 0o644 });
+    Deno.renameSync(tmp, path);
+  } catch (err) {
+    try {
+      Deno.removeSync(tmp);
+    } catch {
+      // Never written.
+    }
+    if (err instanceof Deno.errors.NotFound) return; // stateDir not made yet: the next call writes it
+    throw new CniError("io", `cannot write the state format record ${path}`, errorText(err));
+  }
+}
+
+/** `milo-ipam version [--output text|json]`: the release, its state format and CNI versions. */
+export function versionCli(output: "text" | "json"): string {
+  const i = releaseInfo();
+  if (output === "json") return JSON.stringify(i) + "\n";
+  return `milo-ipam ${i.release} (state format ${i.stateFormat}; CNI ${
+    (i.cniVersions as string[]).join(", ")
+  }; Deno ${i.deno})\n`;
 }

@@ -67,6 +67,8 @@ export function launcherScript(deno: string, bundle: string, flags: string[]): s
     "#!/bin/sh",
     "# milo-ipam launcher, written by scripts/install.ts where deno compile was unavailable.",
     "export DENO_NO_UPDATE_CHECK=1 DENO_NO_PROMPT=1",
+    // Deno needs a cache directory: the install's own, root's (a container may have no home).
+    `export DENO_DIR=${shellQuote(join(dirname(bundle), "cache"))}`,
     `exec ${argv.map(shellQuote).join(" ")} "$@"`,
     "",
   ].join("\n");
@@ -79,6 +81,41 @@ interface Bundle {
 }
 
 let bundling: Promise<Bundle> | undefined;
+
+/** The hash that names a bundle's directory: of every file's name and text. */
+async function hashOf(files: Map<string, string>): Promise<string> {
+  const all = new TextEncoder().encode([...files].map(([n, t]) => `${n}\n${t}`).join("\n"));
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", all));
+  return Array.from(digest.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** A bundle built before (the image's), read from `dir`: `main.js` and its chunks. */
+async function bundleFrom(dir: string): Promise<Bundle> {
+  const files = new Map<string, string>();
+  for (const e of [...Deno.readDirSync(dir)].sort((x, y) => x.name < y.name ? -1 : 1)) {
+    if (e.isFile && e.name.endsWith(".js")) {
+      files.set(e.name, await Deno.readTextFile(join(dir, e.name)));
+    }
+  }
+  if (!files.has("main.js")) throw new Error(`${dir} holds no main.js: not a milo-ipam bundle`);
+  return { files, hash: await hashOf(files) };
+}
+
+/** Bundles one script (`entry`, from the repository root) into the single file `out`. */
+export async function bundleScript(entry: string, out: string): Promise<void> {
+  const r = await run(
+    ["bundle", "--quiet", "--minify", "--platform", "deno", "--output", out, entry],
+    COMPILE_TIMEOUT_MS,
+  );
+  if (!r.ok) throw new Error(`deno bundle ${entry} failed:\n${r.output}`);
+}
+
+/** Writes the module's bundle (main.js and its chunks) into `dir` (the image's build). */
+export async function writeBundle(dir: string): Promise<void> {
+  const b = await bundleFiles();
+  await Deno.mkdir(dir, { recursive: true });
+  for (const [file, text] of b.files) await writeAtomic(join(dir, file), text, 0o644);
+}
 /** How long a replaced bundle directory stays for processes started from the one before. */
 const KEEP_OLD_BUNDLE_MS = 10 * 60_000;
 
@@ -111,10 +148,7 @@ function bundleFiles(): Promise<Bundle> {
         files.set(e.name, await Deno.readTextFile(join(dir, e.name)));
       }
       if (!files.has("main.js")) throw new Error("deno bundle wrote no main.js");
-      const all = new TextEncoder().encode([...files].map(([n, t]) => `${n}\n${t}`).join("\n"));
-      const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", all));
-      const hash = Array.from(digest.slice(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
-      return { files, hash };
+      return { files, hash: await hashOf(files) };
     } finally {
       await Deno.remove(dir, { recursive: true }).catch(() => {});
     }
@@ -124,13 +158,14 @@ function bundleFiles(): Promise<Bundle> {
 }
 
 /**
- * Writes the bundle into `support/bundle-<hash>/` (a new directory renamed
- * into place, so it is whole or absent) and removes bundle directories that
- * were replaced long enough ago that no process started from them still runs;
+ * Writes the bundle (made from the sources, or read from `from`: one built
+ * before) into `support/bundle-<hash>/` (a new directory renamed into place,
+ * so it is whole or absent) and removes bundle directories that were
+ * replaced long enough ago that no process started from them still runs;
  * answers the directory's name.
  */
-export async function placeBundle(support: string): Promise<string> {
-  const b = await bundleFiles();
+export async function placeBundle(support: string, from?: string): Promise<string> {
+  const b = from ? await bundleFrom(from) : await bundleFiles();
   const name = `bundle-${b.hash}`;
   const target = join(support, name);
   if (!await Deno.stat(target).then(() => true, () => false)) {

@@ -8,7 +8,7 @@
  * inventory and utilization. Ends by itself and cleans up (`--keep` leaves
  * milo-dev running for the page until Ctrl-C).
  */
-import { parseArgs } from "node:util";
+import { parseCommandLine } from "../lib/cli.ts";
 import { KEYS } from "../lib/claims.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { DEMO_SEED as SEED, DEMO_TOKEN as TOKEN } from "../testing/seeds.ts";
@@ -199,8 +199,20 @@ async function inventory(milo: MiloDev): Promise<void> {
   say(`\npage: ${milo.url}/`);
 }
 
+const USAGE = `usage: deno task demo [--keep]
+
+Starts milo-dev, installs the plugin into a temp dir, runs ADDs, CHECKs, DELs and a Milo
+outage as a runtime would, prints Milo's inventory, and cleans up.
+
+  --keep   leave milo-dev running (its utilization page) until Ctrl-C`;
+
 async function main(): Promise<void> {
-  const { values } = parseArgs({ args: Deno.args, options: { keep: { type: "boolean" } } });
+  const p = parseCommandLine("demo", Deno.args, {
+    usage: USAGE,
+    options: { keep: { type: "boolean", default: false } },
+  });
+  if ("exit" in p) Deno.exit(p.exit);
+  const values = p.values as { keep: boolean };
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-demo-" });
   const milo = await startMiloDev({ seed: SEED });
   try {

@@ -4,6 +4,7 @@
  *
  *   deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]...
  *                     [--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]
+ *                     [--bundle DIR] [--deno PATH]
  *
  * Without `--config` the plugin reads /etc/milo-ipam/node.json, and the old
  * default /etc/cni/net.d/milo-ipam.conf (with a warning in the log) while the
@@ -20,8 +21,8 @@
  * permission flags. Every file is replaced atomically, so a runtime never
  * execs a half-written plugin.
  */
-import { parseArgs } from "node:util";
 import { join, resolve } from "node:path";
+import { parseCommandLine, usageError } from "../lib/cli.ts";
 import { INSTALL_GLOBAL, type InstallSettings } from "../lib/paths.ts";
 import { requirePrivateDirs } from "../lib/owned.ts";
 import { permissionFlags } from "../lib/permissions.ts";
@@ -44,7 +45,33 @@ export interface Installed {
 export interface InstallOptions extends SandboxOptions {
   mode?: "auto" | "compile" | "launcher";
   quiet?: boolean;
+  /** A bundle built before (the image's `bundle/`), instead of bundling the sources. */
+  bundleDir?: string;
+  /**
+   * The Deno a launcher runs, used where it is (root's, on a read-only
+   * filesystem: the image's); without it the running Deno is copied into the
+   * install.
+   */
+  denoPath?: string;
 }
+
+/** `deno task install --help`. */
+export const INSTALL_USAGE =
+  `usage: deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]...
+                         [--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]
+                         [--bundle DIR] [--deno PATH]
+
+Writes one executable, DIR/milo-ipam, whose permission sandbox is derived from the
+node config: the Milo host, the agent socket, and the files the config names.
+
+  --dir DIR             where to install (a runtime's CNI bin directory: /opt/cni/bin)
+  --config FILE         the node config the plugin reads (default /etc/milo-ipam/node.json,
+                        with the older /etc/cni/net.d/milo-ipam.conf while it is absent)
+  --allow-host H:P      one more host the sandbox grants (repeatable)
+  --kube in-cluster|F   the sweep's install: grant the Kubernetes API and its credentials
+  --mode M              auto (default: compile, else a launcher), compile or launcher
+  --bundle DIR          install a bundle built before (the image's) instead of the sources
+  --deno PATH           the launcher runs this Deno where it is instead of a copy`;
 
 /** Why `deno compile` failed in this process (it fails the same way until denort can be fetched). */
 let compileUnavailable: string | undefined;
@@ -79,7 +106,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
   const bundle = join(support, "milo-ipam.js");
   const settings: InstallSettings = { ...choice.settings, nonCniNet, nonCniDirs };
   const prelude = `globalThis.${INSTALL_GLOBAL}=${JSON.stringify(settings)};\n`;
-  const dirName = await placeBundle(support);
+  const dirName = await placeBundle(support, o.bundleDir);
   const entry = `import { main } from "./${dirName}/main.js";\nDeno.exit(await main(Deno.args));\n`;
   await writeAtomic(bundle, prelude + entry, 0o644);
   const target = join(dir, "milo-ipam");
@@ -99,8 +126,8 @@ export async function install(o: InstallOptions): Promise<Installed> {
     compileUnavailable = firstLine(compiled.output);
     say(`deno compile unavailable (${firstLine(compiled.output)}); writing a launcher instead`);
   }
-  const deno = join(support, "deno");
-  await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
+  const deno = o.denoPath ? resolve(o.denoPath) : join(support, "deno");
+  if (!o.denoPath) await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
   await writeAtomic(target, launcherScript(deno, bundle, flags), 0o755);
   say(`installed launcher ${target} (Deno ${Deno.version.deno})`);
   announce(
@@ -118,22 +145,33 @@ function firstLine(text: string): string {
 }
 
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
+  const p = parseCommandLine("install", Deno.args, {
+    usage: INSTALL_USAGE,
     options: {
       dir: { type: "string" },
       config: { type: "string" },
       "allow-host": { type: "string", multiple: true },
       kube: { type: "string" },
       mode: { type: "string", default: "auto" },
+      bundle: { type: "string" },
+      deno: { type: "string" },
     },
   });
-  if (!values.dir || !["auto", "compile", "launcher"].includes(values.mode ?? "")) {
-    console.error(
-      "usage: deno task install --dir DIR [--config NODE_CONFIG] [--allow-host HOST:PORT]... " +
-        "[--kube in-cluster|KUBECONFIG] [--mode auto|compile|launcher]",
+  if ("exit" in p) Deno.exit(p.exit);
+  const values = p.values as {
+    dir?: string;
+    config?: string;
+    "allow-host"?: string[];
+    kube?: string;
+    mode: string;
+    bundle?: string;
+    deno?: string;
+  };
+  if (!values.dir) Deno.exit(usageError("install", "--dir is required", INSTALL_USAGE).exit);
+  if (!["auto", "compile", "launcher"].includes(values.mode)) {
+    Deno.exit(
+      usageError("install", `--mode ${values.mode}: auto, compile or launcher`, INSTALL_USAGE).exit,
     );
-    Deno.exit(2);
   }
   try {
     const r = await install({
@@ -142,6 +180,8 @@ if (import.meta.main) {
       allowHosts: values["allow-host"],
       kube: values.kube,
       mode: values.mode as InstallOptions["mode"],
+      bundleDir: values.bundle,
+      denoPath: values.deno,
     });
     console.log(JSON.stringify(r));
   } catch (err) {

@@ -8,6 +8,7 @@ import { dirname, join, resolve } from "node:path";
 import { type NodeConfig, parseNodeConfig } from "../lib/config.ts";
 import { kubeconfigGrants, SERVICE_ACCOUNT_DIR } from "../lib/kube_access.ts";
 import { DEFAULT_NODE_CONFIG, type InstallSettings, LEGACY_NODE_CONFIG } from "../lib/paths.ts";
+import { rotatedLog } from "../lib/log.ts";
 import { type Grants, isInside, netGrant, nodeConfigReads } from "../lib/permissions.ts";
 
 /** What an install's sandbox is derived from. */
@@ -161,7 +162,7 @@ export async function planSandbox(o: SandboxOptions): Promise<{
       ...nonCniNet,
     ],
     read: [...reads, socketDir, node.agent.socket, ...kube.read],
-    write: [node.log.file, node.stateDir, socketDir, node.agent.socket],
+    write: [node.log.file, rotatedLog(node.log.file), node.stateDir, socketDir, node.agent.socket],
   };
   // The agent creates the socket in its directory; the exec'd plugin keeps the socket alone.
   const others = [...reads, node.log.file];

@@ -1,12 +1,15 @@
 /**
- * The deploy kit (deploy/) as a security review reads it: every manifest valid
- * against the Kubernetes schemas; images and base images pinned; every
- * container without privilege escalation, capabilities, a writable root or an
- * unconfined seccomp; no API token where nothing calls the API, and the
- * sweep's role exactly the calls it makes; host paths exactly those the
- * sandbox grants, the token on tmpfs outside every writable path; the image
- * compiling the plugin from checksum-verified Deno; and the init container's
- * script, run here against a temp dir standing in for the host.
+ * The deploy kit (deploy/) as a security review reads it: the kustomizations
+ * rendered as `kubectl kustomize` renders them (and compared with it where
+ * kubectl is installed), every rendered manifest valid against the
+ * Kubernetes schemas; images pinned; every container without privilege
+ * escalation, capabilities, a writable root or an unconfined seccomp; no API
+ * token where nothing calls the API, the sweep's role exactly its calls; host
+ * paths exactly those the sandbox grants; probes and scrape port where the
+ * node config puts the metrics; alert rules on metrics the agent exports; the
+ * image built from checksum-verified Deno. The init container's node install
+ * runs here from the image's files against the rendered ConfigMap and a
+ * Secret laid out as files, and the plugin it makes leases from milo-dev.
  */
 import assert from "node:assert/strict";
 import { loadAll } from "js-yaml";
@@ -18,17 +21,27 @@ import { ClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/Clus
 import { ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding";
 import { DEFAULT_BOOT_ID_FILE, parseNodeConfig } from "../lib/config.ts";
 import { KubeClient } from "../lib/kube.ts";
+import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
+import { RELEASE } from "../lib/version.ts";
 import { planSandbox, supportDir } from "../scripts/sandbox.ts";
+import { containersOf, kustomize, type Resource } from "../testing/kustomize.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const DEPLOY = `${ROOT}deploy/`;
-const SCRIPT = `${DEPLOY}milo-ipam-node.sh`;
+const OVERLAY = `${DEPLOY}overlays/cluster-a`;
+const KUSTOMIZATIONS = [
+  "base",
+  "overlays/cluster-a",
+  "overlays/cluster-a/uninstall",
+  "uninstall",
+  "monitoring",
+];
 const IMAGE =
-  /^[a-z0-9.-]+(?:\/[a-z0-9._-]+)+:\d+\.\d+\.\d+[\w.-]*@sha256:(?:[0-9a-f]{64}|<fill>)$/;
+  /^[a-z0-9.-]+(?:\/[a-z0-9._-]+)+:(\d+\.\d+\.\d+[\w.-]*)@sha256:(?:[0-9a-f]{64}|<fill>)$/;
 
 /** A model class of kubernetes-models: its group/version, and a validating constructor. */
 interface ModelClass {
@@ -44,125 +57,158 @@ const MODELS: Record<string, ModelClass> = {
   ClusterRoleBinding,
 } as Record<string, ModelClass>;
 
-interface Doc {
-  file: string;
-  doc: Any;
+/** What a cluster applies: its overlay, and its uninstall. */
+const rendered = () => kustomize(OVERLAY);
+const uninstallRendered = () => kustomize(`${OVERLAY}/uninstall`);
+
+function find(docs: Resource[], kind: string, name: string): Any {
+  const d = docs.find((d) => d.kind === kind && d.metadata?.name === name);
+  assert.ok(d, `${kind} ${name} is rendered`);
+  return d;
 }
 
-async function manifests(): Promise<Doc[]> {
-  const files = [...Deno.readDirSync(DEPLOY)].map((e) => e.name).filter((n) => n.endsWith(".yaml"));
-  const out: Doc[] = [];
-  for (const file of files.sort()) {
-    for (const doc of loadAll(await Deno.readTextFile(DEPLOY + file))) {
-      if (doc !== null && doc !== undefined) out.push({ file, doc });
-    }
-  }
-  return out;
-}
-
-function find(docs: Doc[], kind: string, name: string): Any {
-  const d = docs.find((d) => d.doc.kind === kind && d.doc.metadata?.name === name);
-  assert.ok(d, `${kind} ${name} is in deploy/`);
-  return d.doc;
-}
-
-/** Every pod template in the kit, named `file: kind/name`. */
-function pods(docs: Doc[]): { where: string; spec: Any }[] {
+/** Every pod template, named `kind/name`. */
+function pods(docs: Resource[]): { where: string; spec: Any }[] {
   const out: { where: string; spec: Any }[] = [];
-  for (const { file, doc } of docs) {
-    const where = `${file}: ${doc.kind}/${doc.metadata.name}`;
+  for (const doc of docs) {
+    const where = `${doc.kind}/${doc.metadata.name}`;
     if (doc.kind === "DaemonSet") out.push({ where, spec: doc.spec.template.spec });
     if (doc.kind === "CronJob") out.push({ where, spec: doc.spec.jobTemplate.spec.template.spec });
   }
   return out;
 }
 
-/** Every container (init containers too), named `file: kind/name container`. */
-function containers(docs: Doc[]): { where: string; c: Any }[] {
-  return pods(docs).flatMap(({ where, spec }) =>
-    [...(spec.initContainers ?? []), ...spec.containers].map((c: Any) => ({
-      where: `${where} ${c.name}`,
-      c,
-    }))
+function containers(docs: Resource[]): { where: string; c: Any }[] {
+  return docs.flatMap((d) =>
+    containersOf(d).map((c) => ({ where: `${d.kind}/${d.metadata.name} ${c.name}`, c }))
   );
 }
 
-/** `name → host path` of a pod's hostPath volumes. */
 function hostPaths(spec: Any): Map<string, string> {
   return new Map(
     (spec.volumes ?? []).filter((v: Any) => v.hostPath).map((v: Any) => [v.name, v.hostPath.path]),
   );
 }
 
-/** A container's mounts as `path ro|rw`, sorted. */
 function mounts(c: Any): string[] {
   return c.volumeMounts.map((m: Any) => `${m.mountPath} ${m.readOnly ? "ro" : "rw"}`).sort();
 }
 
-const readJson = async (name: string) => JSON.parse(await Deno.readTextFile(DEPLOY + name));
+/** Objects with their keys sorted, to compare renders. */
+function sorted(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sorted);
+  if (v && typeof v === "object") {
+    return Object.fromEntries(
+      Object.keys(v).sort().map((k) => [k, sorted((v as Record<string, unknown>)[k])]),
+    );
+  }
+  return v;
+}
 
-Deno.test("deploy: every manifest is valid against the Kubernetes schemas", async () => {
-  const docs = await manifests();
-  const seen = docs.map(({ file, doc }) => `${file} ${doc.kind}/${doc.metadata?.name}`).sort();
-  assert.deepEqual(seen, [
-    "agent.yaml ConfigMap/milo-ipam-node",
-    "agent.yaml DaemonSet/milo-ipam-agent",
-    "agent.yaml ServiceAccount/milo-ipam-agent",
-    "sweep.yaml ClusterRole/milo-ipam-sweep",
-    "sweep.yaml ClusterRoleBinding/milo-ipam-sweep",
-    "sweep.yaml ConfigMap/milo-ipam-sweep",
-    "sweep.yaml CronJob/milo-ipam-sweep",
-    "sweep.yaml ServiceAccount/milo-ipam-sweep",
-    "uninstall.yaml DaemonSet/milo-ipam-uninstall",
+const hasKubectl = (() => {
+  try {
+    return new Deno.Command("kubectl", {
+      args: ["version", "--client"],
+      stdout: "null",
+      stderr: "null",
+    })
+      .outputSync().success;
+  } catch {
+    return false;
+  }
+})();
+
+Deno.test({
+  name: "deploy: the suite's render of every kustomization is kubectl kustomize's",
+  ignore: !hasKubectl,
+  fn: () => {
+    for (const k of KUSTOMIZATIONS) {
+      const out = new Deno.Command("kubectl", { args: ["kustomize", DEPLOY + k], stdout: "piped" })
+        .outputSync();
+      assert.ok(out.success, `kubectl kustomize ${k}`);
+      const theirs = (loadAll(new TextDecoder().decode(out.stdout)) as Resource[]).filter(Boolean);
+      const key = (r: Resource) => `${r.kind}/${r.metadata.namespace ?? ""}/${r.metadata.name}`;
+      const mine = kustomize(DEPLOY + k);
+      assert.deepEqual(mine.map(key).sort(), theirs.map(key).sort(), k);
+      for (const t of theirs) {
+        assert.deepEqual(sorted(mine.find((m) => key(m) === key(t))), sorted(t), `${k}: ${key(t)}`);
+      }
+    }
+  },
+});
+
+Deno.test("deploy: every rendered manifest is valid against the Kubernetes schemas", () => {
+  const docs = [...rendered(), ...uninstallRendered()];
+  const seen = docs.map((d) => `${d.kind}/${d.metadata.name.replace(/-[a-z0-9]{10}$/, "-HASH")}`);
+  assert.deepEqual(seen.sort(), [
+    "ClusterRole/milo-ipam-sweep",
+    "ClusterRoleBinding/milo-ipam-sweep",
+    "ConfigMap/milo-ipam-node-HASH",
+    "CronJob/milo-ipam-sweep",
+    "DaemonSet/milo-ipam-agent",
+    "DaemonSet/milo-ipam-uninstall",
+    "ServiceAccount/milo-ipam-agent",
+    "ServiceAccount/milo-ipam-sweep",
   ]);
-  for (const { file, doc } of docs) {
+  for (const doc of docs) {
     const Model = MODELS[doc.kind];
-    assert.ok(Model, `${file}: no schema model for ${doc.kind}`);
-    assert.equal(doc.apiVersion, Model.apiVersion, `${file}: ${doc.kind}'s apiVersion`);
+    assert.ok(Model, `no schema model for ${doc.kind}`);
+    assert.equal(doc.apiVersion, Model.apiVersion, `${doc.kind}'s apiVersion`);
     try {
       new Model(doc).validate();
     } catch (err) {
-      assert.fail(`${file}: ${doc.kind}/${doc.metadata?.name}: ${(err as Error).message}`);
+      assert.fail(`${doc.kind}/${doc.metadata?.name}: ${(err as Error).message}`);
     }
   }
   // The schemas catch a wrong type; a manifest that is not valid must fail here.
   const bad = structuredClone(find(docs, "DaemonSet", "milo-ipam-agent"));
   bad.spec.template.spec.containers[0].securityContext.allowPrivilegeEscalation = "no";
   assert.throws(() => new DaemonSet(bad).validate(), /allowPrivilegeEscalation/);
+  // The renderer refuses a kustomization field it does not render.
+  const dir = Deno.makeTempDirSync();
+  try {
+    Deno.writeTextFileSync(`${dir}/kustomization.yaml`, "resources: []\nnamePrefix: x-\n");
+    assert.throws(() => kustomize(dir), /namePrefix is not rendered here/);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
 });
 
-Deno.test("deploy: images are pinned by version and digest, never latest", async () => {
-  const docs = await manifests();
+Deno.test("deploy: one image for the kit, pinned by this release and a digest; the ConfigMap is the overlay's", () => {
+  const docs = [...rendered(), ...uninstallRendered()];
   const images = new Set<string>();
   for (const { where, c } of containers(docs)) {
-    assert.match(c.image, IMAGE, `${where}: image is REGISTRY/NAME:VERSION@sha256:DIGEST`);
-    assert.doesNotMatch(c.image, /latest/, where);
+    const m = IMAGE.exec(c.image);
+    assert.ok(m, `${where}: ${c.image} is REGISTRY/NAME:VERSION@sha256:DIGEST`);
+    assert.equal(m[1], RELEASE, `${where}: the image of this release`);
     images.add(c.image);
   }
   assert.equal(images.size, 1, `one image for the whole kit: ${[...images]}`);
-  const froms = (await Deno.readTextFile(`${DEPLOY}Containerfile`)).split("\n")
+  for (const { c } of containers(kustomize(`${DEPLOY}base`))) {
+    assert.equal(c.image, "milo-ipam", "the base names the image; each overlay pins it");
+  }
+  // The per-cluster values are the overlay's files, under a name that changes with them.
+  const cm = rendered().find((d) => d.kind === "ConfigMap")!;
+  assert.equal(cm.data["node.json"], Deno.readTextFileSync(`${OVERLAY}/node.json`));
+  assert.equal(cm.data["ca.crt"], Deno.readTextFileSync(`${OVERLAY}/ca.crt`));
+  const volume = (spec: Any) => spec.volumes.find((v: Any) => v.name === "config").configMap.name;
+  for (const { spec } of pods(rendered())) assert.equal(volume(spec), cm.metadata.name);
+  const froms = Deno.readTextFileSync(`${DEPLOY}Containerfile`).split("\n")
     .filter((l) => /^FROM\s/i.test(l));
   assert.equal(froms.length, 2, "a build stage and the image");
   for (const f of froms) {
-    assert.match(
-      f,
-      /^FROM \S+:[\w.-]+@sha256:(?:[0-9a-f]{64}|<fill>)(?: AS \w+)?$/,
-      `${f}: pinned by tag and digest`,
-    );
-    assert.doesNotMatch(f, /latest/, f);
+    assert.match(f, /^FROM \S+:[\w.-]+@sha256:(?:[0-9a-f]{64}|<fill>)(?: AS \w+)?$/, f);
   }
   assert.equal(froms[0].replace(/ AS \w+$/, ""), froms[1], "both stages on the same base");
 });
 
-Deno.test("deploy: every container drops privileges: no escalation, no capability, read-only root, RuntimeDefault seccomp", async () => {
-  const docs = await manifests();
+Deno.test("deploy: every container drops privileges: no escalation, no capability, read-only root, RuntimeDefault seccomp", () => {
+  const docs = [...rendered(), ...uninstallRendered()];
   const root: string[] = [];
   for (const { where, c } of containers(docs)) {
     const sc = c.securityContext ?? {};
     assert.equal(sc.allowPrivilegeEscalation, false, `${where}: allowPrivilegeEscalation`);
     assert.notEqual(sc.privileged, true, `${where}: privileged`);
-    // Root needs no capability here: it owns every host path it writes (no DAC override or
-    // chown), binds only a unix socket and a port above 1024.
     assert.deepEqual(sc.capabilities, { drop: ["ALL"] }, `${where}: drops all, adds none`);
     assert.equal(sc.readOnlyRootFilesystem, true, `${where}: readOnlyRootFilesystem`);
     assert.deepEqual(sc.seccompProfile, { type: "RuntimeDefault" }, `${where}: seccomp`);
@@ -174,29 +220,38 @@ Deno.test("deploy: every container drops privileges: no escalation, no capabilit
   assert.deepEqual(root.sort(), [
     "milo-ipam-agent agent", // binds the socket in root's 0700 directory, writes root's log/state
     "milo-ipam-agent install", // writes the host's /opt/cni/bin, /etc and /run
+    "milo-ipam-sweep install", // makes the emptyDir's private directories root's
     "milo-ipam-sweep sweep", // reads the 0400 token Secret; its log directory must be root's
-    "milo-ipam-uninstall uninstall", // removes root's token from the host
+    "milo-ipam-uninstall uninstall", // removes root's files from the host
   ]);
   for (const { where, spec } of pods(docs)) {
     assert.ok(!spec.hostPID && !spec.hostIPC, `${where}: no host PID or IPC namespace`);
-    assert.equal(!!spec.hostNetwork, where.endsWith("DaemonSet/milo-ipam-agent"), where);
-    const podSc = spec.securityContext ?? {};
-    assert.ok(!podSc.seccompProfile || podSc.seccompProfile.type === "RuntimeDefault", where);
+    assert.equal(!!spec.hostNetwork, where === "DaemonSet/milo-ipam-agent", where);
+  }
+  // The node install runs with the image's Deno: no network, no other program than Deno.
+  for (const { where, c } of containers(docs).filter(({ c }) => c.command[0].endsWith("/deno"))) {
+    const flags = c.command.filter((a: string) => a.startsWith("--"));
+    assert.ok(
+      !flags.some((f: string) => /^--allow-(net|all|ffi)|^-A$/.test(f)),
+      `${where}: ${flags}`,
+    );
+    assert.ok(flags.includes("--no-remote") && flags.includes("--no-npm"), where);
+    for (const f of flags.filter((f: string) => f.startsWith("--allow-run"))) {
+      assert.equal(f, "--allow-run=/usr/lib/milo-ipam/deno", `${where}: runs only Deno (compile)`);
+    }
   }
 });
 
-Deno.test("deploy: no API token where nothing calls the API; the sweep's role is exactly its calls", async () => {
-  const docs = await manifests();
+Deno.test("deploy: no API token where nothing calls the API; the sweep's role is exactly its calls", () => {
+  const docs = [...rendered(), ...uninstallRendered()];
   assert.equal(find(docs, "ServiceAccount", "milo-ipam-agent").automountServiceAccountToken, false);
   const agent = find(docs, "DaemonSet", "milo-ipam-agent").spec.template.spec;
   assert.equal(agent.automountServiceAccountToken, false, "the agent has no API token");
-  const uninstall = find(docs, "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
-  assert.equal(uninstall.automountServiceAccountToken, false, "the uninstall has no API token");
+  const un = find(docs, "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
+  assert.equal(un.automountServiceAccountToken, false, "the uninstall has no API token");
   const sweep = find(docs, "CronJob", "milo-ipam-sweep").spec.jobTemplate.spec.template.spec;
   assert.equal(sweep.serviceAccountName, "milo-ipam-sweep");
   assert.notEqual(sweep.automountServiceAccountToken, false, "the sweep calls the API");
-
-  // lib/kube.ts: GET /api/v1/pods and /api/v1/nodes (paged lists), GET one pod by namespace/name.
   assert.deepEqual(find(docs, "ClusterRole", "milo-ipam-sweep").rules, [
     { apiGroups: [""], resources: ["pods"], verbs: ["get", "list"] },
     { apiGroups: [""], resources: ["nodes"], verbs: ["list"] },
@@ -205,21 +260,15 @@ Deno.test("deploy: no API token where nothing calls the API; the sweep's role is
   assert.deepEqual(
     calls.sort(),
     ["close", "getPod", "listNodes", "listPods", "requests"],
-    "a new Kubernetes call needs its verb in deploy/sweep.yaml's ClusterRole (and this list)",
+    "a new Kubernetes call needs its verb in deploy/base/sweep.yaml's ClusterRole (and this list)",
   );
-  const binding = find(docs, "ClusterRoleBinding", "milo-ipam-sweep");
-  assert.deepEqual(binding.roleRef, {
-    apiGroup: "rbac.authorization.k8s.io",
-    kind: "ClusterRole",
-    name: "milo-ipam-sweep",
-  });
-  assert.deepEqual(binding.subjects, [
+  assert.deepEqual(find(docs, "ClusterRoleBinding", "milo-ipam-sweep").subjects, [
     { kind: "ServiceAccount", name: "milo-ipam-sweep", namespace: "kube-system" },
   ]);
 });
 
-Deno.test("deploy: host paths are exactly the listed ones, at the paths the sandbox grants", async () => {
-  const docs = await manifests();
+Deno.test("deploy: host paths are the sandbox's, at the same paths in the install and the agent", async () => {
+  const docs = rendered();
   const agent = find(docs, "DaemonSet", "milo-ipam-agent").spec.template.spec;
   const host = hostPaths(agent);
   assert.deepEqual([...host.values()].sort(), [
@@ -237,17 +286,19 @@ Deno.test("deploy: host paths are exactly the listed ones, at the paths the sand
   const [main] = agent.containers;
   assert.deepEqual(mounts(install), [
     "/config ro",
-    "/host/etc/milo-ipam rw",
-    "/host/opt/cni/bin rw",
-    "/host/run/milo-ipam rw",
-    "/host/run/milo-ipam-secrets rw",
-    "/host/var/lib/milo-ipam rw",
-    "/host/var/log/milo-ipam rw",
+    "/etc/milo-ipam rw",
+    "/opt/cni/bin rw",
+    "/run/milo-ipam rw",
+    "/run/milo-ipam-secrets rw",
     "/secret ro",
+    "/tmp rw",
+    "/var/lib/milo-ipam rw",
+    "/var/log/milo-ipam rw",
   ]);
   assert.deepEqual(mounts(main), [
     "/etc/machine-id ro",
     "/etc/milo-ipam ro",
+    "/opt/cni/bin ro",
     "/run/milo-ipam rw",
     "/run/milo-ipam-secrets ro",
     "/var/lib/cni/multus/results ro",
@@ -255,118 +306,99 @@ Deno.test("deploy: host paths are exactly the listed ones, at the paths the sand
     "/var/lib/milo-ipam rw",
     "/var/log/milo-ipam rw",
   ]);
-  for (const m of install.volumeMounts.filter((m: Any) => host.has(m.name))) {
-    assert.equal(m.mountPath, `/host${host.get(m.name)}`, `init: ${m.name} under /host`);
+  for (const c of [install, main]) {
+    for (const m of c.volumeMounts.filter((m: Any) => host.has(m.name))) {
+      assert.equal(m.mountPath, host.get(m.name), `${c.name}: ${m.name} at its host path`);
+    }
   }
-  for (const m of main.volumeMounts.filter((m: Any) => host.has(m.name))) {
-    assert.equal(m.mountPath, host.get(m.name), `agent: ${m.name} at its host path`);
-  }
-
-  // What the plugin compiled from deploy/node.json may touch, the agent sees at the same paths.
-  const g = (await planSandbox({ dir: "/opt/cni/bin", config: `${DEPLOY}node.json` })).grants;
-  // The boot id is the kernel's: every container's /proc shows the host's.
-  const compiledIn = new Set([
-    `${DEPLOY}node.json`,
-    supportDir("/opt/cni/bin"),
-    DEFAULT_BOOT_ID_FILE,
-  ]);
+  // What the plugin compiled from the overlay's node.json may touch, the agent sees.
+  const g = (await planSandbox({ dir: "/opt/cni/bin", config: `${OVERLAY}/node.json` })).grants;
   const mountOf = (p: string) =>
     main.volumeMounts.find((m: Any) => host.has(m.name) && isInside(p, m.mountPath));
-  for (const p of [...g.read, "/etc/milo-ipam/node.json"].filter((p) => !compiledIn.has(p))) {
-    assert.ok(mountOf(p), `the agent mounts ${p}, which the sandbox lets it read`);
-  }
-  for (const p of g.write) {
-    assert.ok(mountOf(p) && !mountOf(p).readOnly, `the agent mounts ${p} writable`);
-  }
+  // The boot id is the kernel's: every container's /proc shows the host's.
+  const read = [
+    ...g.read.filter((p) => p !== `${OVERLAY}/node.json` && p !== DEFAULT_BOOT_ID_FILE),
+    "/etc/milo-ipam/node.json",
+  ];
+  for (const p of read) assert.ok(mountOf(p), `the agent mounts ${p}, which its sandbox reads`);
+  for (const p of g.write) assert.ok(mountOf(p) && !mountOf(p).readOnly, `${p} writable`);
+  assert.ok(read.includes(supportDir("/opt/cni/bin")), "the plugin's code, read-only");
   for (const m of main.volumeMounts.filter((m: Any) => host.has(m.name))) {
-    const used = [...g.read, ...g.write, "/etc/milo-ipam/node.json"]
+    const used = [...read, ...g.write, "/opt/cni/bin/milo-ipam"]
       .some((p) => isInside(p, m.mountPath) || isInside(m.mountPath, p));
     assert.ok(used, `the agent mounts ${m.mountPath}, which nothing in its sandbox uses`);
   }
-
-  const sweep = find(docs, "CronJob", "milo-ipam-sweep").spec.jobTemplate.spec.template.spec;
-  assert.equal(hostPaths(sweep).size, 0, "the sweep mounts nothing of its node");
-  const un = find(docs, "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
-  assert.deepEqual([...hostPaths(un).values()].sort(), [
-    "/run/milo-ipam",
-    "/run/milo-ipam-secrets",
-  ]);
-  assert.deepEqual(mounts(un.initContainers[0]), [
-    "/host/run/milo-ipam ro",
-    "/host/run/milo-ipam-secrets rw",
-  ]);
-  assert.deepEqual(un.containers[0].volumeMounts ?? [], [], "the pod holder mounts nothing");
-});
-
-Deno.test("deploy: the node config puts the token on tmpfs outside every writable path, the log in its own directory", async () => {
-  const values = await readJson("node.json");
-  assert.equal(values.node, undefined, "the node's name comes from NODE_NAME at run time");
-  const node = parseNodeConfig({ ...values, node: "node-17" }, `${DEPLOY}node.json`);
-  const token = node.milo.tokenFile;
-  assert.equal(token, "/run/milo-ipam-secrets/token");
-  const socketDir = node.agent.socket.replace(/\/[^/]+$/, "");
-  assert.ok(!isInside(token, socketDir), "the token is not in the socket's (writable) directory");
-  assert.equal(node.log.file, "/var/log/milo-ipam/milo-ipam.log");
-  // planSandbox refuses a token, CA or config inside a path the plugin may write.
-  const { grants } = await planSandbox({ dir: "/opt/cni/bin", config: `${DEPLOY}node.json` });
-  for (const w of grants.write) assert.ok(!isInside(token, w), `${token} outside ${w}`);
-  assert.ok(grants.read.includes(token));
-  assert.deepEqual(grants.net.sort(), [
-    "127.0.0.1:9464",
+  assert.deepEqual(g.net.sort(), [
+    "0.0.0.0:9464",
     "milo.example.com:443",
     "unix:/run/milo-ipam/agent.sock",
   ]);
-});
-
-Deno.test("deploy: the sweep's sandbox is Milo, the API server by name, its token and CA, its emptyDir", async () => {
-  const docs = await manifests();
-  const [nodeValues, sweepValues] = [
-    await readJson("node.json"),
-    await readJson("sweep-node.json"),
-  ];
-  for (const k of ["url", "namespace"]) assert.equal(sweepValues.milo[k], nodeValues.milo[k], k);
-  assert.equal(sweepValues.cluster, nodeValues.cluster, "the sweep sweeps the nodes' cluster");
-  const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-  const { grants } = await planSandbox({
-    dir: "/opt/milo-ipam-sweep",
-    config: `${DEPLOY}sweep-node.json`,
-    kube: `${DEPLOY}sweep.kubeconfig`,
-  });
-  assert.deepEqual(grants.net.sort(), [
-    "kubernetes.default.svc:443",
-    "milo.example.com:443",
-    "unix:/work/run/agent.sock",
-  ]);
-  assert.ok(grants.read.includes(`${sa}/token`) && grants.read.includes(`${sa}/ca.crt`));
-  const spec = find(docs, "CronJob", "milo-ipam-sweep").spec.jobTemplate.spec.template.spec;
-  const c = spec.containers[0];
-  const inImage = new Set([
-    `${DEPLOY}sweep-node.json`,
-    `${DEPLOY}sweep.kubeconfig`,
-    supportDir("/opt/milo-ipam-sweep"),
-    `${sa}/token`,
-    `${sa}/ca.crt`,
-    "/etc/machine-id", // absent in the container: the host id is made in stateDir
-    DEFAULT_BOOT_ID_FILE, // the kernel's, in every container's /proc
-  ]);
-  for (const p of grants.read.filter((p) => !inImage.has(p))) {
-    assert.ok(c.volumeMounts.some((m: Any) => isInside(p, m.mountPath)), `the sweep mounts ${p}`);
-  }
-  for (const p of grants.write) assert.ok(isInside(p, "/work"), `${p} is in the emptyDir`);
-  assert.deepEqual(spec.volumes.find((v: Any) => v.name === "work").emptyDir, {
-    sizeLimit: "64Mi",
-  });
-  const script = c.args.join("\n").replace(/\\\n\s*/g, "");
-  assert.match(
-    script,
-    /exec \/opt\/milo-ipam-sweep\/milo-ipam sweep --kubeconfig \/etc\/milo-ipam-sweep\/kubeconfig --apply --output json/,
+  const node = parseNodeConfig(
+    { ...JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)), node: "n" },
+    "node.json",
   );
+  assert.equal(node.milo.tokenFile, "/run/milo-ipam-secrets/token", "the token on tmpfs");
+  for (const w of g.write) assert.ok(!isInside(node.milo.tokenFile, w), `token outside ${w}`);
+
+  const sweep = find(docs, "CronJob", "milo-ipam-sweep").spec.jobTemplate.spec.template.spec;
+  assert.equal(hostPaths(sweep).size, 0, "the sweep mounts nothing of its node");
+  const un = find(uninstallRendered(), "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
+  assert.deepEqual(
+    mounts(un.initContainers[0]).filter((m) => m !== "/tmp rw"),
+    mounts(install).filter((m) => !/^\/(config|secret|tmp) /.test(m)),
+    "the uninstall reaches what the install wrote",
+  );
+  assert.deepEqual(un.containers[0].volumeMounts ?? [], [], "the pod holder mounts nothing");
 });
 
-Deno.test("deploy: the Containerfile compiles the plugin from checksum-verified Deno and denort", async () => {
-  const text = (await Deno.readTextFile(`${DEPLOY}Containerfile`)).replace(/\\\n\s*/g, "");
+Deno.test("deploy: probes and the scrape port are where the node config puts the metrics; alerts use exported metrics", () => {
+  const docs = rendered();
+  const ds = find(docs, "DaemonSet", "milo-ipam-agent");
+  const [agent] = ds.spec.template.spec.containers;
+  const metrics = JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)).agent.metrics;
+  const port = Number(metrics.split(":").at(-1));
+  assert.match(metrics, /^0\.0\.0\.0:\d+$/, "the node's addresses, for Prometheus");
+  assert.deepEqual(agent.readinessProbe.httpGet, { host: "127.0.0.1", path: "/readyz", port });
+  assert.deepEqual(agent.livenessProbe.httpGet, { host: "127.0.0.1", path: "/livez", port });
+  assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: port, protocol: "TCP" }]);
+  assert.equal(ds.spec.template.metadata.annotations["prometheus.io/port"], String(port));
+
+  const mon = kustomize(`${DEPLOY}monitoring`);
+  const pm = find(mon, "PodMonitor", "milo-ipam-agent");
+  assert.equal(pm.apiVersion, "monitoring.coreos.com/v1");
+  assert.deepEqual(pm.spec.selector.matchLabels, ds.spec.selector.matchLabels);
+  assert.deepEqual(pm.spec.podMetricsEndpoints.map((e: Any) => [e.port, e.path]), [
+    ["metrics", "/metrics"],
+  ]);
+  const rules = find(mon, "PrometheusRule", "milo-ipam").spec.groups.flatMap((g: Any) => g.rules);
+  const exported = new Set(
+    [...new Metrics().render(0).matchAll(/^# TYPE (\S+) (\w+)$/gm)].flatMap(([, n, t]) =>
+      t === "histogram" ? [`${n}_bucket`, `${n}_sum`, `${n}_count`] : [n]
+    ),
+  );
+  const alerts = rules.map((r: Any) => r.alert);
+  for (
+    const a of [
+      "MiloIpamAgentNotReady",
+      "MiloIpamReleaseJournalBacklog",
+      "MiloIpamReconcileBrake",
+      "MiloIpamMiloThrottling",
+      "MiloIpamCode11Rate",
+      "MiloIpamSweepFailed",
+    ]
+  ) assert.ok(alerts.includes(a), `alert ${a}`);
+  for (const r of rules) {
+    assert.ok(r.alert && r.expr && r.labels?.severity && r.annotations?.summary, r.alert);
+    for (const [name] of String(r.expr).matchAll(/\b(milo_ipam_\w+|kube_\w+)/g)) {
+      assert.ok(exported.has(name) || name.startsWith("kube_"), `${r.alert}: ${name} is exported`);
+    }
+  }
+});
+
+Deno.test("deploy: the Containerfile builds the image's files from checksum-verified Deno and denort", () => {
+  const text = Deno.readTextFileSync(`${DEPLOY}Containerfile`).replace(/\\\n\s*/g, "");
   const lines = text.split("\n");
-  const installTs = await Deno.readTextFile(`${ROOT}scripts/install.ts`);
+  const installTs = Deno.readTextFileSync(`${ROOT}scripts/install.ts`);
   const pinned = installTs.match(/const DENO_VERSION = "([^"]+)"/)?.[1];
   assert.ok(lines.includes(`ARG DENO_VERSION=${pinned}`), "the Deno the install requires");
   for (const a of ["DENO_SHA256", "DENORT_SHA256"]) {
@@ -381,177 +413,68 @@ Deno.test("deploy: the Containerfile compiles the plugin from checksum-verified 
     /printf '%s {2}%s\\n' "\$DENO_SHA256" deno-\S+\.zip "\$DENORT_SHA256" denort-\S+\.zip \| sha256sum -c -; unzip/,
     "both checked before either is unpacked",
   );
-  assert.ok(lines.some((l) => l.startsWith("ENV DENORT_BIN=/usr/local/lib/denort/denort")));
-  assert.ok(lines.includes("ARG NODE_CONFIG=deploy/node.json"));
-  assert.ok(lines.includes("COPY ${NODE_CONFIG} /etc/milo-ipam/node.json"));
-  assert.ok(
-    text.includes(
-      "deno task install --dir /opt/cni/bin --config /etc/milo-ipam/node.json --mode compile",
-    ),
-    "the node plugin: the same install, compile only, against the node's config path",
-  );
-  assert.ok(
-    text.includes(
-      "deno task install --dir /opt/milo-ipam-sweep --config /etc/milo-ipam-sweep/node.json " +
-        "--kube /etc/milo-ipam-sweep/kubeconfig --mode compile",
-    ),
-  );
-  assert.ok(text.includes("sha256sum milo-ipam > /out/SHA256SUMS"), "the sha256 recorded");
+  assert.ok(text.includes("deno run --allow-all scripts/image.ts --out /out/milo-ipam"));
   const image = text.slice(text.lastIndexOf("\nFROM "));
   assert.doesNotMatch(image, /curl|wget|apt-get|deno (task|run|cache|compile)/, "fetches nothing");
-  for (const path of ["/opt/cni/bin/milo-ipam", "/opt/milo-ipam-sweep/milo-ipam"]) {
-    assert.ok(image.includes(`COPY --from=build ${path} ${path}`), path);
-  }
-  assert.ok(image.includes("COPY deploy/milo-ipam-node.sh /usr/lib/milo-ipam/milo-ipam-node.sh"));
+  for (
+    const copy of [
+      "COPY --from=build /usr/local/bin/deno /usr/lib/milo-ipam/deno",
+      "COPY --from=build /usr/local/lib/denort/denort /usr/lib/milo-ipam/denort",
+      "COPY --from=build /out/milo-ipam/ /usr/lib/milo-ipam/",
+    ]
+  ) assert.ok(image.includes(copy), copy);
   // The manifests run what the image holds.
-  const docs = await manifests();
-  const commands = containers(docs).map(({ c }) => [...c.command, ...(c.args ?? [])].join(" "));
-  assert.ok(commands.includes("/bin/sh /usr/lib/milo-ipam/milo-ipam-node.sh install"));
-  assert.ok(commands.includes("/bin/sh /usr/lib/milo-ipam/milo-ipam-node.sh uninstall"));
+  const commands = containers([...rendered(), ...uninstallRendered()]).map(({ c }) =>
+    c.command.join(" ")
+  );
+  for (const verb of ["install", "sweep", "uninstall"]) {
+    assert.ok(
+      commands.some((c) =>
+        c.startsWith("/usr/lib/milo-ipam/deno run ") &&
+        c.includes(` /usr/lib/milo-ipam/node-install.js ${verb}`)
+      ),
+      `node-install ${verb}`,
+    );
+  }
   assert.ok(commands.includes("/opt/cni/bin/milo-ipam agent"));
-  const nodeScript = await Deno.readTextFile(SCRIPT);
-  assert.doesNotMatch(nodeScript, /curl|wget|https?:|deno /, "the init container fetches nothing");
+  assert.ok(commands.includes("/work/bin/milo-ipam sweep --apply --output json"));
 });
 
-/** A temp dir standing in for a node and the image: the script's paths, all under it. */
-async function fakeNode() {
-  const dir = await Deno.makeTempDir({ prefix: "milo-ipam-deploy-" });
-  const host = `${dir}/host`;
-  for (
-    const d of [
-      "opt/cni/bin",
-      "etc/milo-ipam",
-      "run/milo-ipam-secrets",
-      "run/milo-ipam",
-      "var/log/milo-ipam",
-      "var/lib/milo-ipam",
-    ]
-  ) {
-    await Deno.mkdir(`${host}/${d}`, { recursive: true });
-    await Deno.chmod(`${host}/${d}`, 0o755); // as kubelet's DirectoryOrCreate makes them
-  }
-  await Deno.mkdir(`${dir}/image`);
-  await Deno.copyFile(`${DEPLOY}node.json`, `${dir}/image/node.json`);
-  const binary = `${dir}/image/milo-ipam`;
-  const setBinary = async (text: string, recorded = text) => {
-    await Deno.writeTextFile(binary, text);
-    const sum = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(recorded));
-    const hex = Array.from(new Uint8Array(sum), (b) => b.toString(16).padStart(2, "0")).join("");
-    await Deno.writeTextFile(`${dir}/image/SHA256SUMS`, `${hex}  milo-ipam\n`);
-  };
-  await setBinary("#!/bin/sh\necho milo-ipam 1\n");
-  await Deno.writeTextFile(`${dir}/token`, "milo-token-1\n");
-  await Deno.writeTextFile(`${dir}/ca.crt`, "-----BEGIN CERTIFICATE-----\n");
-  const run = async (verb: string, nodeName = "node-17") => {
-    const out = await new Deno.Command("sh", {
-      args: [SCRIPT, verb],
-      clearEnv: true,
-      env: {
-        PATH: "/usr/sbin:/usr/bin:/sbin:/bin",
-        NODE_NAME: nodeName,
-        MILO_IPAM_HOST: host,
-        MILO_IPAM_IMAGE: `${dir}/image`,
-        MILO_IPAM_BINARY: binary,
-        MILO_IPAM_TOKEN: `${dir}/token`,
-        MILO_IPAM_CA: `${dir}/ca.crt`,
-      },
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    return { code: out.code, stderr: new TextDecoder().decode(out.stderr) };
-  };
-  const mode = async (p: string) => (await Deno.stat(`${host}/${p}`)).mode! & 0o777;
-  const leftovers = () =>
-    [...Deno.readDirSync(`${host}/opt/cni/bin`)].map((e) => e.name).filter((n) =>
-      n !== "milo-ipam"
-    );
-  return { dir, host, run, mode, setBinary, leftovers };
+/** The cluster's ConfigMap and a Secret as the kubelet lays them out: one file per key. */
+export function layOut(dir: string, data: Record<string, string>): void {
+  Deno.mkdirSync(dir, { recursive: true });
+  for (const [k, v] of Object.entries(data)) Deno.writeTextFileSync(`${dir}/${k}`, v);
 }
 
-Deno.test("deploy: the init container copies the verified binary and writes token, CA and node config", async () => {
-  const n = await fakeNode();
-  try {
-    await Deno.writeTextFile(`${n.host}/etc/milo-ipam/token`, "old-layout-token\n");
-    const r = await n.run("install");
-    assert.equal(r.code, 0, r.stderr);
-    const bin = `${n.host}/opt/cni/bin/milo-ipam`;
-    assert.equal(await Deno.readTextFile(bin), "#!/bin/sh\necho milo-ipam 1\n");
-    assert.equal(await n.mode("opt/cni/bin/milo-ipam"), 0o755);
-    assert.deepEqual(n.leftovers(), [], "nothing left beside the binary");
-    const token = `${n.host}/run/milo-ipam-secrets/token`;
-    assert.equal(await Deno.readTextFile(token), "milo-token-1\n");
-    assert.equal(await n.mode("run/milo-ipam-secrets/token"), 0o600);
-    for (const d of ["run/milo-ipam-secrets", "run/milo-ipam", "var/log/milo-ipam"]) {
-      assert.equal(await n.mode(d), 0o700, `${d} is root's alone`);
-    }
-    assert.equal(await n.mode("var/lib/milo-ipam"), 0o700);
-    assert.equal(await n.mode("etc/milo-ipam"), 0o755);
-    const written = JSON.parse(await Deno.readTextFile(`${n.host}/etc/milo-ipam/node.json`));
-    assert.deepEqual(written, { node: "node-17", ...await readJson("node.json") });
-    assert.equal(parseNodeConfig(written, "node.json").node, "node-17");
-    assert.equal(
-      await Deno.readTextFile(`${n.host}/etc/milo-ipam/ca.crt`),
-      "-----BEGIN CERTIFICATE-----\n",
-    );
-    await assert.rejects(Deno.stat(`${n.host}/etc/milo-ipam/token`), Deno.errors.NotFound);
-    assert.match(r.stderr, /removed the token the older layout kept/);
+/** The rendered ConfigMap's data. */
+export function configMapData(): Record<string, string> {
+  return { ...rendered().find((d) => d.kind === "ConfigMap")!.data };
+}
 
-    const again = await n.run("install");
-    assert.equal(again.code, 0, again.stderr);
-    assert.match(again.stderr, /already this image's binary/);
+/** Every ConfigMap key of a node config in `data` with its host paths moved under `root`. */
+export function underRoot(data: Record<string, string>, root: string, url: string) {
+  const v = JSON.parse(data["node.json"]);
+  v.milo = { ...v.milo, url, tokenFile: root + v.milo.tokenFile, caFile: root + v.milo.caFile };
+  v.log = { ...v.log, file: root + v.log.file };
+  v.resultsDirs = v.resultsDirs.map((d: string) => root + d);
+  v.stateDir = root + v.stateDir;
+  v.hostIdFile = `${root}/etc/machine-id`;
+  v.agent = { ...v.agent, socket: root + v.agent.socket, metrics: "127.0.0.1:0" };
+  delete v.agent.metrics;
+  return { ...data, "node.json": JSON.stringify(v, null, 2) };
+}
 
-    // A binary that is not the one recorded at build never replaces the installed one.
-    await n.setBinary("#!/bin/sh\necho tampered\n", "#!/bin/sh\necho milo-ipam 2\n");
-    const bad = await n.run("install");
-    assert.equal(bad.code, 1);
-    assert.match(bad.stderr, /has sha256 [0-9a-f]{64}, not [0-9a-f]{64} recorded at build/);
-    assert.equal(await Deno.readTextFile(bin), "#!/bin/sh\necho milo-ipam 1\n");
-    assert.deepEqual(n.leftovers(), [], "the rejected copy is removed");
-
-    await n.setBinary("#!/bin/sh\necho milo-ipam 2\n");
-    const upgrade = await n.run("install");
-    assert.equal(upgrade.code, 0, upgrade.stderr);
-    assert.equal(await Deno.readTextFile(bin), "#!/bin/sh\necho milo-ipam 2\n");
-
-    for (const name of ["", "Node_17", "node-17\nnode-18", "-node", 'node"x']) {
-      const r = await n.run("install", name);
-      assert.equal(r.code, 1, `NODE_NAME ${JSON.stringify(name)} is refused`);
-      assert.match(r.stderr, /not a node name/);
-    }
-    assert.equal(
-      JSON.parse(await Deno.readTextFile(`${n.host}/etc/milo-ipam/node.json`)).node,
-      "node-17",
-    );
-
-    // A directory that is a symlink (someone else's path) is refused.
-    await Deno.remove(`${n.host}/var/log/milo-ipam`, { recursive: true });
-    await Deno.mkdir(`${n.dir}/elsewhere`);
-    await Deno.symlink(`${n.dir}/elsewhere`, `${n.host}/var/log/milo-ipam`);
-    const sym = await n.run("install");
-    assert.equal(sym.code, 1);
-    assert.match(sym.stderr, /var\/log\/milo-ipam is not a directory/);
-  } finally {
-    await Deno.remove(n.dir, { recursive: true });
+Deno.test("deploy: the ConfigMap's placeholder CA fails the init container's install", async () => {
+  const { checkCa, Refused } = await import("../scripts/node_install.ts");
+  for (
+    const ca of [configMapData()["ca.crt"], Deno.readTextFileSync(`${DEPLOY}base/ca.crt`), "", "\n"]
+  ) {
+    assert.throws(() => checkCa(ca, "/config/ca.crt"), (err: unknown) => {
+      assert.ok(err instanceof Refused);
+      assert.match(err.message, /\/config\/ca\.crt is not a PEM bundle of certificates/);
+      return true;
+    });
   }
-});
-
-Deno.test("deploy: uninstall removes the token, never while the agent's socket is on the node", async () => {
-  const n = await fakeNode();
-  try {
-    assert.equal((await n.run("install")).code, 0);
-    const token = `${n.host}/run/milo-ipam-secrets/token`;
-    await Deno.writeTextFile(`${n.host}/run/milo-ipam/agent.sock`, "");
-    const refused = await n.run("uninstall");
-    assert.equal(refused.code, 1);
-    assert.match(refused.stderr, /delete the milo-ipam-agent DaemonSet first/);
-    assert.equal(await Deno.readTextFile(token), "milo-token-1\n", "the token stays");
-    await Deno.remove(`${n.host}/run/milo-ipam/agent.sock`);
-    const r = await n.run("uninstall");
-    assert.equal(r.code, 0, r.stderr);
-    await assert.rejects(Deno.stat(token), Deno.errors.NotFound);
-    assert.match(r.stderr, /no Milo token left on this node/);
-    assert.equal((await n.run("uninstall")).code, 0, "idempotent");
-  } finally {
-    await Deno.remove(n.dir, { recursive: true });
-  }
+  const broken = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n";
+  assert.throws(() => checkCa(broken, "ca.crt"), /certificate 1 does not parse/);
 });

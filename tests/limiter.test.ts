@@ -5,7 +5,13 @@
  * without sending it.
  */
 import assert from "node:assert/strict";
-import { type LimiterEvent, LIMITS, MiloLimiter, type Slot } from "../lib/limiter.ts";
+import {
+  type LimiterEvent,
+  LIMITS,
+  MiloLimiter,
+  RECONCILE_ROUTE,
+  type Slot,
+} from "../lib/limiter.ts";
 import { VirtualClock } from "../testing/virtual_clock.ts";
 
 function limiter(random = () => 0.5) {
@@ -83,10 +89,11 @@ Deno.test("limiter: a 429 to a busy node cuts rate and concurrency, and the rate
     times.push(clock.now() - t0);
   }
   assert.equal(times[0], 0, "Retry-After x0: no pause");
-  for (let i = 1; i < times.length; i++) {
+  for (let i = 1; i < times.length - 1; i++) {
     const gap = times[i] - times[i - 1];
     assert.ok(gap > 1000 / 8 && gap <= 1000 / 7, `paced at about 7/s: ${times}`);
   }
+  assert.equal(times.at(-1), times.at(-2), `the last call, alone, is not paced: ${times}`);
   // A later overload cuts the rate again, multiplicatively.
   const before = l.rate;
   const again = await x.slot();
@@ -111,7 +118,12 @@ Deno.test("limiter: recovery is additive, about +2 requests/s per second at the 
   }
   const seconds = (clock.now() - start) / 1000;
   const gained = l.rate - cut;
-  assert.ok(rates.every((r, i) => i === 0 || r > rates[i - 1]), "it rises with every answer");
+  const competing = rates.slice(0, -1);
+  assert.ok(
+    competing.every((r, i) => i === 0 || r > competing[i - 1]),
+    "it rises with every answer while calls compete",
+  );
+  assert.equal(rates.at(-1), rates.at(-2), "the last call, alone, was not held back: no rise");
   assert.ok(rates.every((r, i) => i === 0 || r - rates[i - 1] < 0.5), "never by a jump");
   assert.ok(
     Math.abs(gained - LIMITS.increasePerS * seconds) < 2,
@@ -236,4 +248,153 @@ Deno.test("limiter: a slot unanswered for holdMs no longer holds back the others
   assert.ok(typeof next === "object");
   assert.equal(clock.now() - t0, LIMITS.holdMs);
   for (const s of [...hung, next]) s.done({ status: "error" });
+});
+
+/** A limiter whose calls come through {@link MiloLimiter.forCall}, as the agent's do. */
+function calls(random = () => 0.5) {
+  const x = limiter(random);
+  const take = async (
+    call: ReturnType<MiloLimiter["forCall"]>,
+    deadline = Infinity,
+    purpose: "lease" | "release" = "lease",
+  ) => {
+    const got = await x.clock.run(call.acquire(deadline, undefined, purpose));
+    return { got, at: x.clock.now() };
+  };
+  return { ...x, take };
+}
+
+const ROUTE = { tenant: "shop", network: "vpc7b3e" };
+
+Deno.test("limiter: a call alone that Milo refuses only pauses: no cut, no pacing", async () => {
+  const { l, clock, events, take } = calls(() => 1);
+  const add = l.forCall(ROUTE);
+  const a = await take(add), b = await take(add);
+  assert.ok(typeof a.got === "object" && typeof b.got === "object");
+  a.got.done({ status: 503, retryAfterMs: 1_000 });
+  b.got.done({ status: 503, retryAfterMs: 1_000 });
+  const t0 = clock.now();
+  const retry = await take(add);
+  assert.equal(retry.at - t0, 1_000, "its retry waits the pause");
+  assert.ok(typeof retry.got === "object");
+  retry.got.done({ status: 503, retryAfterMs: 1_000 });
+  assert.deepEqual(events.filter((e) => e === "cut"), [], "one call's refusals cut nothing");
+  assert.equal(l.rate, Infinity);
+  add.close();
+  // The next call of the flow, after the pause: its two requests go back to back.
+  const del = l.forCall(ROUTE);
+  const first = await take(del);
+  assert.ok(typeof first.got === "object");
+  first.got.done({ status: 200 });
+  const second = await take(del);
+  assert.equal(second.at, first.at, "not paced: no other call competes");
+  assert.ok(typeof second.got === "object");
+  second.got.done({ status: 200 });
+});
+
+Deno.test("limiter: a release is never held back by the refusals of the lease it rolls back", async () => {
+  const { l, clock, take } = calls(() => 1);
+  const add = l.forCall(ROUTE);
+  const t0 = clock.now();
+  const post = await take(add, t0 + 1_500);
+  assert.ok(typeof post.got === "object");
+  post.got.done({ status: 503, retryAfterMs: 30_000 });
+  assert.equal(
+    (await take(add, t0 + 1_500)).got,
+    "deadline",
+    "the ADD's retry: the pause outlasts it",
+  );
+  add.close();
+  // The runtime's DEL right after the failed ADD: its flow is the network's release flow.
+  const del = l.forCall(ROUTE);
+  for (let i = 0; i < 4; i++) {
+    const s = await take(del, t0 + 3_000, "release");
+    assert.ok(typeof s.got === "object", `request ${i} of the DEL: ${s.got}`);
+    assert.equal(s.at, t0, "at once");
+    s.got.done({ status: 200 });
+  }
+  // The lease flow still pauses: a new ADD waits for it.
+  assert.equal((await take(l.forCall(ROUTE), t0 + 2_000)).got, "deadline");
+});
+
+Deno.test("limiter: one tenant's refusals hold back neither another tenant's calls nor the reconcile", async () => {
+  const { l, clock, take } = calls(() => 1);
+  const t0 = clock.now();
+  const noisy = Array.from({ length: 4 }, () => l.forCall({ tenant: "noisy", network: "n" }));
+  const slots = await Promise.all(noisy.slice(0, 2).map((c) => take(c)));
+  const queued = noisy.slice(2).map((c) => c.acquire(t0 + 20_000));
+  for (const s of slots) {
+    if (typeof s.got === "object") s.got.done({ status: 429, retryAfterMs: 30_000 });
+  }
+  for (const route of [{ tenant: "quiet", network: "q" }, RECONCILE_ROUTE]) {
+    const call = l.forCall(route);
+    for (const purpose of ["lease", "release"] as const) {
+      const s = await take(call, t0 + 1_000, purpose);
+      assert.ok(typeof s.got === "object", `${route.tenant} ${purpose}: ${s.got}`);
+      assert.equal(s.at, t0);
+      s.got.done({ status: 201 });
+    }
+  }
+  for (const q of queued) assert.equal(await clock.run(q), "deadline", "the noisy tenant waits");
+});
+
+Deno.test("limiter: at the node's ceiling, the tenant served least recently goes first", async () => {
+  const { l, clock } = calls();
+  const t0 = clock.now();
+  // Tenant a fills the node: 32 networks x the first concurrency of 2.
+  const held: Slot[] = [];
+  for (let n = 0; n < LIMITS.maxConcurrency / LIMITS.initialConcurrency; n++) {
+    const call = l.forCall({ tenant: "a", network: `net${n}` });
+    for (let i = 0; i < LIMITS.initialConcurrency; i++) {
+      const s = await clock.run(call.acquire(Infinity));
+      assert.ok(typeof s === "object");
+      held.push(s);
+    }
+  }
+  const order: string[] = [];
+  const more = l.forCall({ tenant: "a", network: "net-more" }).acquire(t0 + 1_000)
+    .then((s) => (order.push("a"), s));
+  const other = l.forCall({ tenant: "b", network: "b" }).acquire(t0 + 5_000)
+    .then((s) => (order.push("b"), s));
+  assert.equal(l.queued, 2, "both wait for the ceiling");
+  held.pop()!.done({ status: 201 });
+  const first = await clock.run(other);
+  assert.deepEqual(order, ["b"], "b, though a's deadline is earlier: a was served last");
+  held.pop()!.done({ status: 201 });
+  const second = await clock.run(more);
+  assert.deepEqual(order, ["b", "a"]);
+  for (const s of [...held, first, second]) if (typeof s === "object") s.done({ status: 201 });
+});
+
+Deno.test("limiter: a call that has answered holds nothing: its waiters leave, its slots stop counting", async () => {
+  const { l, clock, take } = calls();
+  const gone = l.forCall(ROUTE);
+  const a = await take(gone), b = await take(gone);
+  assert.ok(typeof a.got === "object" && typeof b.got === "object");
+  const stuck = gone.acquire(Infinity);
+  const next = l.forCall(ROUTE).acquire(Infinity);
+  assert.equal(await settledBy(clock, next, 10), "pending", "two unanswered slots hold the flow");
+  const t = clock.now();
+  gone.close();
+  assert.equal(await clock.run(stuck), "aborted");
+  const s = await clock.run(next);
+  assert.ok(typeof s === "object");
+  assert.equal(clock.now(), t, "at once, not after holdMs");
+  assert.equal(await gone.acquire(Infinity), "aborted", "a closed call asks for nothing more");
+  a.got.done({ status: 201 }); // a late answer is still Milo's word, and frees nothing twice
+  s.done({ status: 201 });
+});
+
+Deno.test("limiter: flows are bounded: a tenant making networks without end costs at most maxFlows", async () => {
+  const { l, clock } = calls(() => 1);
+  const live = await clock.run(l.forCall({ tenant: "t", network: "live" }).acquire(Infinity));
+  assert.ok(typeof live === "object");
+  for (let n = 0; n < LIMITS.maxFlows + 64; n++) {
+    const s = await clock.run(l.forCall({ tenant: "t", network: `n${n}` }).acquire(Infinity));
+    assert.ok(typeof s === "object");
+    s.done({ status: 503 }); // each flow pauses for a second
+    if (n === LIMITS.maxFlows / 2) await clock.run(clock.sleep(1_000));
+  }
+  assert.ok(l.flows <= LIMITS.maxFlows, `${l.flows} flows`);
+  live.done({ status: 201 });
 });

@@ -326,3 +326,48 @@ Deno.test("agent: a boot storm at 2x Milo's allocation ceiling: every ADD, <= 1.
     await milo.stop();
   }
 });
+
+Deno.test("agent: the runtime's DEL after an ADD Milo failed gets its slots and releases what landed, every time", async () => {
+  // Milo makes each create and answers 503 (Retry-After 1 s) to it, as a master's ADD meets it;
+  // the master (galactic's, or libcni's runtime) then DELs the attachment at once.
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, agent: true });
+  const conf = p.netConf({ timeouts: { requestMs: 300, totalMs: 1_500 } });
+  const claimsOf = (id: string) => milo.listClaims("tenant-a", `${KEYS.containerId}=${id}`);
+  try {
+    await p.startAgent();
+    // First a DEL that Milo refuses (journaled): its refusals are the release flow's last news.
+    assertOk(await p.run({ command: "ADD", containerId: "refused", stdin: conf }));
+    await milo.setFaults({ errorRate: 1, errorStatuses: [503], methods: ["DELETE"] });
+    try {
+      const r = await p.run({ command: "DEL", containerId: "refused", stdin: conf });
+      assert.equal(r.json?.code, 11, r.stdout);
+    } finally {
+      await milo.clearFaults();
+    }
+    for (let i = 0; i < 5; i++) {
+      const id = `failed-add-${i}`;
+      await milo.setFaults({
+        errorRate: 1,
+        errorStatuses: [503],
+        methods: ["POST"],
+        faultPoint: "after",
+      });
+      try {
+        const add = await p.run({ command: "ADD", containerId: id, stdin: conf });
+        assert.equal(add.json?.code, 11, `ADD ${i}: ${add.stdout}`);
+        // The flow's pause after the refusals lets one create probe at a time: one or both land.
+        assert.ok((await claimsOf(id)).length >= 1, "a create landed");
+        const del = await p.run({ command: "DEL", containerId: id, stdin: conf });
+        assertOk(del);
+      } finally {
+        await milo.clearFaults();
+      }
+      assert.deepEqual(await claimsOf(id), [], `round ${i}: the DEL released what landed`);
+      assert.deepEqual(await logged(p.logFile, id, 2), ["agent", "agent"]);
+    }
+  } finally {
+    await p.cleanup();
+    await milo.stop();
+  }
+});

@@ -398,6 +398,7 @@ Deno.test("install grants come from the node config, for launcher and binary ali
       "/run/milo-ipam",
       "/run/milo-ipam/agent.sock",
       `${dir}/log/milo-ipam.log`,
+      `${dir}/log/milo-ipam.log.1`, // the rotated log
       `${dir}/state`,
     ]);
     assert.deepEqual(g.nonCniDirs, ["/run/milo-ipam"], "the exec'd plugin keeps the socket alone");

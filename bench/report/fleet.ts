@@ -14,7 +14,7 @@ export const FLEET_SIZES = [100, 1_000, 5_000];
 export const PODS_PER_NODE = 30;
 /** Churn of the extrapolation: each pod replaced (one DEL, one ADD) this often an hour. */
 export const CHURN_PER_POD_HOUR = 1;
-/** The cluster sweep's schedule (deploy/sweep.yaml: every 5 minutes) and its two observations. */
+/** The cluster sweep's schedule (deploy/base/sweep.yaml: every 5 minutes) and its two observations. */
 export const SWEEP_PERIOD_S = 300;
 /** Paginated LISTs of the cluster's claims per sweep run (lib/sweep.ts observes twice). */
 export const SWEEP_OBSERVATIONS = 2;

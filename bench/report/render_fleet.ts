@@ -120,7 +120,7 @@ function extrapolation(f: FleetResults): string {
     "LISTs    = the same with LISTs per claim, per DEL and per idle node-hour",
     "rows     = LISTs × C",
     `sweep    = ${SWEEP_OBSERVATIONS} observations × ceil(C / ${PAGE_LIMIT}) LIST pages every ` +
-    `${SWEEP_PERIOD_S} s (deploy/sweep.yaml), each page C rows`,
+    `${SWEEP_PERIOD_S} s (deploy/base/sweep.yaml), each page C rows`,
     "```",
     "",
     "Requests per claim come from the storm at 2× oversubscription (an upper bound: the churn",

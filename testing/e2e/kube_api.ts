@@ -2,8 +2,8 @@
  * cluster-a's Kubernetes API for the sweep scenario: testing/kube_dev.ts run
  * as a program in milo-dev's namespace (https://198.18.0.1:6443, a CA of its
  * own), serving a state file the test writes from the pods its runtime really
- * created; and `milo-ipam sweep` installed the way deploy/sweep.yaml installs
- * it (`--kube` with a kubeconfig), run on node a1.
+ * created; and `milo-ipam sweep` installed as deploy/base/sweep.yaml's init
+ * container installs it (`--kube`, here with a kubeconfig naming this API), run on node a1.
  */
 import { install } from "../../scripts/install.ts";
 import type { KubeDevFaults, KubeDevState } from "../kube_dev.ts";

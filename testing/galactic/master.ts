@@ -1,359 +1,312 @@
 /**
- * A stand-in for galactic's master plugins (`datum-cloud/galactic`: galactic-veth,
+ * A stand-in for galactic's master plugins (`datum-cloud/galactic` c4c2d06: galactic-veth,
  * `internal/cni`, and galactic-tap, `internal/cnitap`, sharing `internal/cnimaster`), run as a
- * CNI plugin process, that treats its IPAM delegate as they do: what it forwards, when it calls
- * ADD, CHECK and DEL, which failures it returns and which it swallows, which masks it reports.
- * It does no dataplane work: every kernel and Kubernetes step of the real plugins (VRF, veth or
- * tap, host-device move, NAD patch, netns addresses, host gateway) is a no-op here, with a test
- * knob to make it fail at the point that step sits.
+ * CNI plugin process, deciding as they do wherever milo-ipam sees the outcome: the chain it
+ * reads from the pod's NAD, what it forwards to its IPAM delegate and in which environment,
+ * when it calls ADD, CHECK and DEL, how it reads the result, which failures it returns and
+ * which it swallows, which masks it reports. Kernel steps (VRF, veth or tap, host-device,
+ * netns addresses, host gateway) do nothing here but refuse an interface name the kernel
+ * would, and a test knob makes ADD fail where such a step sits.
  *
- * Read from galactic's sources (newest stored versions); nothing is copied. The flavour is the
- * config's `type`: `galactic-tap` behaves as galactic-tap, anything else as galactic-veth.
- *
- * Run it from a wrapper in a temp bin dir (the runtime execs `CNI_PATH/<type>`):
+ * Run it from a wrapper per binary in a temp bin dir (the runtime execs `CNI_PATH/<type>`):
  *   #!/bin/sh
- *   exec <deno> run --allow-all --no-config --no-lock <abs path>/testing/galactic/master.ts "$@"
+ *   exec <deno> run --allow-all --no-config --no-lock <abs path>/testing/galactic/master.ts \
+ *     --flavour galactic-tap
+ * `--flavour galactic-tap` behaves as galactic-tap, anything else as galactic-veth.
  *
- * Environment (besides the CNI variables):
- * - `GALACTIC_CNI_NODE_NAME`: the node name (cnimaster.ParseConf resolves it from this variable
- *   or the node's conflist; without either it is code 4). Exported to the delegate as NODE_NAME.
- * - `GALACTIC_CNI_LOG_FILE`: JSON-lines log (cnimaster.SetupLogging); stderr when unset.
- * - `GALACTIC_MASTER_TEST_FAIL_AT` (TEST KNOB, not galactic's): make ADD fail at one point:
- *   `chain-check` (before the rollback tracker exists, like nadpatch.VerifyChainComplete),
- *   `before-ipam` (after the tracker, before IPAM ADD, like vrf.Add or veth.Add), `after-ipam`
- *   (after IPAM ADD succeeded, like hostgw.ConfigureHostGateway).
- * - `GALACTIC_MASTER_TEST_APISERVER` (TEST KNOB): the URL STATUS probes (`GET /healthz`) in place
- *   of the kubeconfig's API server; unset is "not in a cluster", which STATUS passes.
+ * Environment (besides the CNI variables), as internal/config/cni.go resolves it:
+ * - `GALACTIC_CNI_NODE_NAME`, else `NODE_NAME`: the node name (without either, code 4; the
+ *   static conflist and the API lookup galactic also tries are not modelled).
+ * - `GALACTIC_CNI_KUBECONFIG` (else /var/lib/galactic/kubeconfig), `GALACTIC_CNI_LOG_FILE`
+ *   (the stand-in writes stderr when unset), `GALACTIC_CNI_LOG_LEVEL` (info).
+ * - `GALACTIC_MASTER_TEST_NADS` (TEST KNOB, the stand-in's Kubernetes API): a directory of
+ *   NetworkAttachmentDefinitions, `<namespace>/<name>.json` (testing/galactic/chain.ts
+ *   writeNad). Unset is a node without a kubeconfig: every ADD fails creating its client.
+ * - `GALACTIC_MASTER_TEST_FAIL_AT` (TEST KNOB): make ADD fail at `before-ipam` (after the
+ *   tracker, before IPAM ADD, like vrf.Add) or `after-ipam` (after IPAM ADD, like hostgw).
+ * - `GALACTIC_MASTER_TEST_APISERVER` (TEST KNOB): the URL STATUS probes (`GET /healthz`); unset
+ *   is "not in a cluster", which STATUS passes.
  */
 
+import { interfaceName, MAX_IFNAME } from "./chain.ts";
+import {
+  annotateNad,
+  k8sClient,
+  parseConf,
+  type PluginConf,
+  podNamespace,
+  verifyChain,
+} from "./conf.ts";
+import { exec, execAdd, type IpamResult, prevResult100, toIpamResult } from "./invoke.ts";
 import {
   type Args,
   CniError,
-  delegate,
-  DelegateError,
+  GoError,
+  join,
   type Json,
   log,
-  logTo,
   pluginMain,
+  print,
+  setupLogging,
+  wrap,
 } from "./skel.ts";
 
-/** types100's supported result versions: what `type100.NewResult` parses (anything else fails). */
-const RESULT_100_VERSIONS = ["1.0.0", "1.1.0"];
-const BASE62 = /^[0-9A-Za-z]+$/;
+const env = (k: string) => Deno.env.get(k) ?? "";
+/** Which binary this is (the wrapper's `--flavour`): galactic-tap, else galactic-veth. */
+let flavour = "galactic-veth";
+const tap = () => flavour === "galactic-tap";
 
-/** What galactic keeps of an IPAM result (`cniipam.IPAMResult`). */
-interface IpamResult {
-  ipv4Address?: string;
-  ipv4Gateway?: string;
-  /** The IPv6 address with the prefix length IPAM gave (a per-endpoint block). */
-  ipv6Subnet?: string;
-  ipv6Gateway?: string;
-  routes: string[];
-}
-
-/**
- * internal/cniipam `ResultToIPAMResult`: re-parses the delegate's result as a 1.0.0/1.1.0
- * result (`type100.NewResult`; any other cniVersion is an error, after IPAM ran), keeps the IPv4
- * address without its mask and the IPv6 address with its prefix, each family's gateway (no
- * gateway is not an error here), and the routes' destinations.
- */
-function resultToIpamResult(stdout: string): IpamResult {
-  let r: Json;
-  try {
-    r = JSON.parse(stdout);
-  } catch (err) {
-    throw new Error(`convert IPAM result: parse IPAM result: ${err}`);
-  }
-  if (!RESULT_100_VERSIONS.includes(String(r.cniVersion))) {
-    throw new Error(
-      `convert IPAM result: parse IPAM result: result type supports [1.0.0 1.1.0] but ` +
-        `unmarshalled CNIVersion is "${r.cniVersion}"`,
+/** A link the kernel creates: a name past IFNAMSIZ is refused (internal/plumbing/intf/intf.go). */
+function link(what: string, ...names: string[]): void {
+  const long = names.find((n) => n.length > MAX_IFNAME);
+  if (long) {
+    throw new GoError(
+      `${what} ${names.join("/")}: numerical result out of range (${long} is past IFNAMSIZ)`,
     );
   }
-  const out: IpamResult = { routes: [] };
-  for (const ip of (r.ips ?? []) as Json[]) {
-    const address = String(ip.address);
-    const gateway = typeof ip.gateway === "string" ? ip.gateway : undefined;
-    if (!address.includes(":")) {
-      out.ipv4Address = address.split("/")[0];
-      out.ipv4Gateway = gateway;
-    } else {
-      out.ipv6Subnet = address;
-      out.ipv6Gateway = gateway;
-    }
-  }
-  for (const rt of (r.routes ?? []) as Json[]) out.routes.push(String(rt.dst));
-  return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Config: internal/cnimaster/config.go `ParseConf` (both flavours' parseConf wrap it).
-
-interface PluginConf {
-  raw: Json;
-  cniVersion: string;
-  type: string;
-  vpc: string;
-  vpcattachment: string;
-  mtu: number;
-  /** Whether to delegate at all: decided by the `ipam` block's presence alone. */
-  ipamType?: string;
-}
-
-function parseConf(stdin: Uint8Array): PluginConf {
-  let raw: Json;
-  try {
-    raw = JSON.parse(new TextDecoder().decode(stdin));
-  } catch (err) {
-    throw new CniError(7, "invalid CNI config", String(err));
-  }
-  // cnimaster.ParseConf: vpc and vpcattachment must be non-empty base62 (code 7), checked first,
-  // before any state exists (`IsValidBase62`).
-  for (const field of ["vpc", "vpcattachment"] as const) {
-    const v = typeof raw[field] === "string" ? raw[field] as string : "";
-    if (!v) throw new CniError(7, `${field} is required and must be a non-empty base62 string`);
-    if (!BASE62.test(v)) {
-      throw new CniError(7, `invalid base62 value for field '${field}': ${JSON.stringify(v)}`);
-    }
-  }
-  // cnimaster.ParseConf: the node name (env > conflist > API auto-detection; code 4 without),
-  // then exported for the rest of the call (os.Setenv NODE_NAME and KUBECONFIG), so the IPAM
-  // delegate inherits both.
-  const nodeName = Deno.env.get("GALACTIC_CNI_NODE_NAME") ?? "";
-  if (!nodeName) {
-    throw new CniError(4, "node name is required (or set GALACTIC_CNI_NODE_NAME)");
-  }
-  Deno.env.set("NODE_NAME", nodeName);
-  Deno.env.set("KUBECONFIG", Deno.env.get("GALACTIC_CNI_KUBECONFIG") ?? "");
-  logTo(Deno.env.get("GALACTIC_CNI_LOG_FILE") || undefined); // cnimaster.SetupLogging
-  // (ParseConf's prevResult validation reads `PluginConf.PrevResult`, which JSON decoding never
-  // fills (`prevResult` lands in RawPrevResult), so it checks nothing; ADD's
-  // ValidatePrevResultAdd likewise. Nothing to mirror.)
-  const ipam = raw.ipam;
-  return {
-    raw,
-    cniVersion: String(raw.cniVersion ?? ""),
-    type: String(raw.type ?? ""),
-    vpc: raw.vpc as string,
-    vpcattachment: raw.vpcattachment as string,
-    mtu: typeof raw.mtu === "number" ? raw.mtu : 1500,
-    ipamType: ipam && typeof ipam === "object" ? String((ipam as Json).type ?? "") : undefined,
-  };
-}
-
-// ---------------------------------------------------------------------------------------------
-// Verbs.
-
-const failAt = () => Deno.env.get("GALACTIC_MASTER_TEST_FAIL_AT") ?? "";
-
-/** A made-up host interface name and MAC (intf.GenerateInterfaceNameHost is not mirrored). */
-function hostInterface(conf: PluginConf) {
-  const name = `g${conf.vpc}${conf.vpcattachment}`.slice(0, 14) + "H";
+/** A made-up MAC for the host end (the kernel's, in galactic). */
+function macOf(s: string): string {
   let h = 0;
-  for (const ch of `${conf.vpc}/${conf.vpcattachment}`) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
-  const mac = [
-    "02",
-    ...[24, 16, 8, 0, 4].map((s) => ((h >>> s) & 0xff).toString(16).padStart(2, "0")),
-  ]
+  for (const ch of s) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return ["02", ...[24, 16, 8, 0, 4].map((b) => ((h >>> b) & 0xff).toString(16).padStart(2, "0"))]
     .join(":");
-  return { name, mac, mtu: conf.mtu };
 }
 
 /**
- * ADD: internal/cni/ops_add.go `cmdAdd` + internal/cni/result.go `buildVethResult` and
- * `configureIPAM` (galactic-veth); internal/cnitap/ops_add.go `cmdAdd` (galactic-tap).
+ * cnimaster.AppendIPConfigs: IPv6 then IPv4, both on one interface; IPv4 re-masked (/32 veth,
+ * internal/cni/result.go; /25 tap, internal/cnitap/result.go, the mask hostgw puts on the
+ * tap's gateway address); routes keep only their destination.
  */
-async function cmdAdd(args: Args): Promise<Json> {
-  const conf = parseConf(args.stdin);
-  const tap = conf.type === "galactic-tap";
-  log("INFO", "ADD: starting", {
-    containerID: args.containerId,
-    vpc: conf.vpc,
-    vpcAttachment: conf.vpcattachment,
-  });
-  // Chain-completeness check (nadpatch.VerifyChainComplete, code 7): before the tracker, so a
-  // failure here rolls nothing back and IPAM is never called.
-  if (failAt() === "chain-check") {
-    throw new CniError(7, "chain completeness check: test knob GALACTIC_MASTER_TEST_FAIL_AT");
+function ipConfigs(res: IpamResult | undefined, index: number, v4mask: number) {
+  const ips: Json[] = [];
+  if (res?.ipv6Subnet) {
+    ips.push({
+      interface: index,
+      address: res.ipv6Subnet,
+      ...(res.ipv6Gateway ? { gateway: res.ipv6Gateway } : {}),
+    });
   }
-  // The rollback tracker (internal/cni/resource.go and internal/cnitap/resource.go
-  // `resourceTracker`): IPAM delegation is recorded on the ipam block's presence alone, BEFORE
-  // IPAM ADD is attempted, so every failure from here on calls IPAM DEL, whether or not IPAM
-  // ADD ran or succeeded (the delegated DEL is idempotent).
-  const tracker = { ipamDelegated: conf.ipamType !== undefined };
+  if (res?.ipv4Address) {
+    ips.push({
+      interface: index,
+      address: `${res.ipv4Address}/${v4mask}`,
+      ...(res.ipv4Gateway ? { gateway: res.ipv4Gateway } : {}),
+    });
+  }
+  return { ips, ...(res?.routes.length ? { routes: res.routes.map((dst) => ({ dst })) } : {}) };
+}
+
+/**
+ * ADD: internal/cni/ops_add.go `cmdAdd` + internal/cni/result.go (galactic-veth);
+ * internal/cnitap/ops_add.go `cmdAdd` + internal/cnitap/result.go (galactic-tap).
+ */
+async function cmdAdd(a: Args): Promise<void> {
+  const conf = parseConf(a.stdin);
+  const ids = { containerID: a.containerId, vpc: conf.vpc, vpcAttachment: conf.vpcattachment };
+  log("INFO", "ADD: starting", { ...ids, netns: a.netns, ifName: a.ifName });
+  // Chain completeness (issue #331): before the rollback tracker, so a refusal releases
+  // nothing and IPAM is never called.
+  const dir = k8sClient();
+  const ns = podNamespace(a.args);
+  verifyChain(dir, conf.name, ns);
+  // The rollback tracker (internal/cni/resource.go, internal/cnitap/resource.go): IPAM
+  // delegation is recorded on the ipam block's presence alone, before IPAM ADD is attempted.
+  const ipamDelegated = conf.ipamType !== undefined;
   try {
-    // vrf.Add, veth.Add / tap.Add, the host link lookup, nadpatch.AnnotateNAD: no-ops here.
-    if (failAt() === "before-ipam") {
-      throw new Error("add VRF: test knob GALACTIC_MASTER_TEST_FAIL_AT");
+    if (env("GALACTIC_MASTER_TEST_FAIL_AT") === "before-ipam") {
+      throw new GoError("add VRF: test knob GALACTIC_MASTER_TEST_FAIL_AT");
     }
-    const host = hostInterface(conf);
+    try {
+      link("create VRF", interfaceName(conf.vpc, null, "V"));
+    } catch (err) {
+      throw wrap("add VRF", err);
+    }
+    const host = interfaceName(conf.vpc, conf.vpcattachment, "H");
+    const guest = interfaceName(conf.vpc, conf.vpcattachment, "G");
+    try {
+      if (tap()) link("create tap", host);
+      else link("create veth pair", host, guest);
+    } catch (err) {
+      throw wrap(tap() ? "add tap" : "add veth", err);
+    }
+    annotateNad(dir, conf.name, ns, host);
     let res: IpamResult | undefined;
     if (conf.ipamType !== undefined) {
-      let stdout: string;
+      // veth wraps both steps in "configure IPAM: " (configureIPAM); tap does not.
+      const step = (err: unknown) => tap() ? err : wrap("configure IPAM", err);
+      let d;
       try {
-        stdout = await delegate("ADD", conf.ipamType, args.stdin);
+        d = await execAdd(conf.ipamType, a.stdin, conf.cniVersion || "0.1.0");
       } catch (err) {
-        if (err instanceof DelegateError) throw err; // wrapped with %w: printed as the delegate's
-        throw new Error(`delegate to ${conf.ipamType} ADD: ${(err as Error).message}`);
+        throw step(wrap(`delegate to ${conf.ipamType} ADD`, err));
       }
-      res = resultToIpamResult(stdout);
-      log("DEBUG", "ADD: IPAM allocated", { containerID: args.containerId, ...res });
-    }
-    // veth: configureInterfaceInNetns, readGuestInterface (kernel: no-ops here); then both
-    // flavours: internal/hostgw `ConfigureHostGateway`, which configures each family that has
-    // a gateway and silently skips a family without one (no error).
-    for (const [fam, gw] of [["IPv6", res?.ipv6Gateway], ["IPv4", res?.ipv4Gateway]] as const) {
-      const has = fam === "IPv6" ? res?.ipv6Subnet : res?.ipv4Address;
-      if (has && !gw) {
-        log(
-          "WARN",
-          `hostgw: no ${fam} gateway in the IPAM result: no gateway address or ` +
-            `pod-subnet route configured for ${fam}`,
-          { containerID: args.containerId },
-        );
-      }
-    }
-    if (failAt() === "after-ipam") {
-      throw new Error("configure host gateway: test knob GALACTIC_MASTER_TEST_FAIL_AT");
-    }
-    // The printed result (cnimaster `AppendIPConfigs`): IPv6 then IPv4, both pointing at one
-    // interface; IPv4 re-masked, /32 for veth (internal/cni/result.go `buildResult`), /25 for
-    // tap (internal/cnitap/result.go `buildTapResult`: the mask hostgw puts on the tap's gateway);
-    // IPv6 as IPAM gave it; routes keep only their destination.
-    const interfaces = tap
-      ? [{ name: args.ifName, mac: host.mac, mtu: host.mtu }, host]
-      : [host, { name: args.ifName, mac: "02:00:00:00:00:01", mtu: host.mtu, sandbox: args.netns }];
-    const index = tap ? 0 : 1;
-    const ips: Json[] = [];
-    if (res?.ipv6Subnet) {
-      ips.push({ interface: index, address: res.ipv6Subnet, gateway: res.ipv6Gateway });
-    }
-    if (res?.ipv4Address) {
-      const address = `${res.ipv4Address}/${tap ? 25 : 32}`;
-      ips.push({ interface: index, address, gateway: res.ipv4Gateway });
-    }
-    const result: Json = { cniVersion: conf.cniVersion, interfaces, ips };
-    if (res?.routes.length) result.routes = res.routes.map((dst) => ({ dst }));
-    return result;
-  } catch (err) {
-    // The deferred rollback (`tracker.cleanup`): IPAM DEL with the same stdin first, its failure
-    // logged and never returned; then the attachment's interface (a no-op here).
-    log("ERROR", "ADD: failed, rolling back created resources", {
-      err: String((err as Error).message),
-      containerID: args.containerId,
-    });
-    if (tracker.ipamDelegated) {
       try {
-        await delegate("DEL", conf.ipamType!, args.stdin);
+        res = toIpamResult(d);
+      } catch (err) {
+        throw step(wrap("convert IPAM result", err));
+      }
+      log("DEBUG", "ADD: IPAM allocated", { containerID: a.containerId, ...res });
+    }
+    // hostgw.ConfigureHostGateway: a family without a gateway is skipped silently.
+    if (env("GALACTIC_MASTER_TEST_FAIL_AT") === "after-ipam") {
+      // veth wraps hostgw's error (internal/cni/result.go); tap returns it as it is.
+      const e = new GoError("add gateway address: test knob GALACTIC_MASTER_TEST_FAIL_AT");
+      throw tap() ? e : wrap("configure host gateway", e);
+    }
+    const mac = macOf(host), mtu = conf.mtu || 1500;
+    const interfaces = tap()
+      ? [{ name: host, mac, mtu }]
+      : [{ name: host, mac, mtu }, { name: a.ifName, mac: macOf(guest), mtu, sandbox: a.netns }];
+    print({
+      cniVersion: conf.cniVersion,
+      interfaces,
+      ...ipConfigs(res, tap() ? 0 : 1, tap() ? 25 : 32),
+      dns: {},
+    });
+  } catch (err) {
+    // The deferred rollback (`tracker.cleanup`): IPAM DEL with the same stdin first, its
+    // failure logged and never returned; then the attachment's own interface.
+    log("ERROR", "ADD: failed, rolling back created resources", { err, ...ids });
+    if (ipamDelegated) {
+      try {
+        await exec("DEL", conf.ipamType!, a.stdin);
         log("DEBUG", "Rollback: released IPAM allocation", { ipamType: conf.ipamType });
       } catch (delErr) {
         log("ERROR", "Rollback: failed to release IPAM allocation", {
-          err: delErr instanceof DelegateError ? delErr.error : String(delErr),
+          err: delErr,
           ipamType: conf.ipamType,
         });
       }
     }
+    log("INFO", "Selective rollback: cleaning up resources created during failed ADD", {
+      vpc: conf.vpc,
+      vpcAttachment: conf.vpcattachment,
+    });
     throw err;
   }
 }
 
 /**
- * CHECK: internal/cni/ops_check.go and internal/cnitap/ops_check.go `cmdCheck`. Errors are
- * collected: the node-level and interface checks (kernel: no-ops here), `checkPrevResult` (which
- * parses prevResult as a 1.0.0/1.1.0 result), then IPAM CHECK with the stdin unchanged (so the
- * delegate sees the prevResult the runtime cached: the master's own result, IPv4 /25 for tap),
- * called even when an earlier check failed.
+ * galactic-veth's checkPrevResult (internal/cni/ops_check.go): each IP on a guest (sandboxed)
+ * interface must be among that interface's addresses, which it lists for IPv6 only
+ * (`validateIPOnInterface`: AddrList FAMILY_V6), so an IPv4 address is never found; IPv6
+ * ones, and the kernel's links, MACs and MTUs, are taken as galactic's ADD left them.
  */
-async function cmdCheck(args: Args): Promise<void> {
-  const conf = parseConf(args.stdin);
-  const errs: Error[] = [];
-  const prev = conf.raw.prevResult as Json | undefined;
-  if (prev !== undefined && prev !== null) {
-    if (!RESULT_100_VERSIONS.includes(String(prev.cniVersion))) {
-      errs.push(
-        new Error(
-          `prevResult validation: parse prevResult: result type supports [1.0.0 1.1.0] but ` +
-            `unmarshalled CNIVersion is "${prev.cniVersion}"`,
-        ),
+function vethPrevResult(prev: Json): void {
+  const interfaces = (prev.interfaces ?? []) as Json[];
+  for (const ip of (prev.ips ?? []) as Json[]) {
+    if (ip.interface === undefined || ip.interface === null) continue;
+    const i = ip.interface as number;
+    if (i < 0 || i >= interfaces.length) {
+      throw new GoError(`ipConfig interface index ${i} out of range [0, ${interfaces.length})`);
+    }
+    const target = interfaces[i];
+    if (!target.sandbox) continue;
+    const addr = String(ip.address);
+    const bare = addr.split("/")[0];
+    if (!addr.includes(":")) {
+      throw new GoError(
+        `ip ${addr} on "${target.name}" (guest): ip ${bare} not assigned to "${target.name}"`,
       );
-    } else if (conf.type !== "galactic-tap") {
-      // galactic-veth's checkPrevResult: each IP's interface index must be in range.
-      const n = ((prev.interfaces ?? []) as unknown[]).length;
-      for (const ip of (prev.ips ?? []) as Json[]) {
-        const i = ip.interface;
-        if (typeof i === "number" && (i < 0 || i >= n)) {
-          errs.push(new Error(`prevResult validation: ipConfig interface index ${i} out of range`));
-        }
-      }
+    }
+  }
+}
+
+/**
+ * CHECK: internal/cni/ops_check.go and internal/cnitap/ops_check.go `cmdCheck`. Errors are
+ * collected: the node-level and interface checks, the prevResult against the kernel (strict
+ * 1.0.0/1.1.0 parse; veth: IPv6 addresses only), then IPAM CHECK with the stdin unchanged
+ * (called even when an earlier check failed); joined and wrapped "CHECK failed: %w", so skel
+ * prints the delegate's error when IPAM CHECK failed, else code 999.
+ */
+async function cmdCheck(a: Args): Promise<void> {
+  const conf = parseConf(a.stdin);
+  const ids = { containerID: a.containerId, vpc: conf.vpc, vpcAttachment: conf.vpcattachment };
+  log("INFO", "CHECK: starting", ids);
+  const errs: Error[] = [];
+  const prev = conf.raw.prevResult;
+  if (prev !== undefined && prev !== null) {
+    try {
+      const parsed = prevResult100(prev as Json);
+      if (!tap()) vethPrevResult(parsed);
+    } catch (err) {
+      errs.push(wrap("prevResult validation", err));
     }
   }
   if (conf.ipamType !== undefined) {
     try {
-      await delegate("CHECK", conf.ipamType, args.stdin);
+      await exec("CHECK", conf.ipamType, a.stdin);
     } catch (err) {
-      errs.push(err as Error);
+      errs.push(wrap("IPAM CHECK", err));
     }
   }
   if (errs.length) {
-    log("ERROR", "CHECK: failed", { containerID: args.containerId, err: errs.map(String) });
-    // errors.Join wrapped with %w: skel's errors.As finds the delegate's types.Error if any.
-    const fromDelegate = errs.find((e) => e instanceof DelegateError);
-    if (fromDelegate) throw fromDelegate;
-    throw new Error(`CHECK failed: ${errs.map((e) => e.message).join("\n")}`);
+    const err = wrap("CHECK failed", join(errs));
+    log("ERROR", "CHECK: failed", { err, ...ids });
+    throw err;
   }
-  log("INFO", "CHECK: passed", { containerID: args.containerId });
+  log("INFO", "CHECK: passed", ids);
 }
 
 /**
  * DEL: internal/cni/ops_del.go and internal/cnitap/ops_del.go `cmdDel`: always succeeds. A config
- * that does not parse (a vpc that is not base62) prints an empty 1.0.0 result and skips all
- * cleanup, IPAM DEL included; otherwise IPAM DEL runs first, and its failure is logged (WARN) and
- * swallowed; then the interface cleanup (no-ops here); then an empty result in the config's version.
+ * that does not parse prints an empty 1.0.0 result and skips all cleanup, IPAM DEL included;
+ * otherwise IPAM DEL runs first and its failure is logged (WARN) and swallowed; then the
+ * interface cleanup (nothing here); then an empty result in the config's version. An empty
+ * type100 result prints `dns: {}` (a struct field: omitempty keeps it).
  */
-async function cmdDel(args: Args): Promise<Json> {
-  log("INFO", "DEL: starting", { containerID: args.containerId, netns: args.netns });
+async function cmdDel(a: Args): Promise<void> {
+  log("INFO", "DEL: starting", { containerID: a.containerId, netns: a.netns });
   let conf: PluginConf;
   try {
-    conf = parseConf(args.stdin);
+    conf = parseConf(a.stdin);
   } catch (err) {
     log("ERROR", "DEL: failed to parse CNI config, skipping cleanup", {
-      err: (err as Error).message,
-      containerID: args.containerId,
+      err,
+      containerID: a.containerId,
     });
-    return { cniVersion: "1.0.0" };
+    print({ cniVersion: "1.0.0", dns: {} });
+    return;
   }
   if (conf.ipamType !== undefined) {
     try {
-      await delegate("DEL", conf.ipamType, args.stdin);
+      await exec("DEL", conf.ipamType, a.stdin);
     } catch (err) {
       log("WARN", "DEL: IPAM delegation failed, allocation may not have been released", {
-        err: err instanceof DelegateError ? err.error : String(err),
-        containerID: args.containerId,
+        err,
+        containerID: a.containerId,
       });
     }
   }
-  return { cniVersion: conf.cniVersion };
+  log("INFO", "DEL: skipping shared resource cleanup (handled by GC)", {
+    containerID: a.containerId,
+    vpc: conf.vpc,
+    vpcAttachment: conf.vpcattachment,
+  });
+  // types.PrintResult converts to the config's version; an empty one fails and prints nothing.
+  if (conf.cniVersion) print({ cniVersion: conf.cniVersion, dns: {} });
 }
 
 /**
- * STATUS: internal/cnimaster/check.go `RunStatus` (both flavours' cmdStatus): the config must
- * parse with cniVersion and type (`ParseStatusConf`, code 7), then the API server must answer
- * (`ProbeAPIServer`: any HTTP status; code 50 otherwise; no kubeconfig and not in a cluster
- * passes). The IPAM delegate is never asked.
+ * STATUS: internal/cnimaster/check.go `RunStatus`: the config must parse with cniVersion and
+ * type (`ParseStatusConf`, code 7), then the API server must answer (`ProbeAPIServer`: any HTTP
+ * status; code 50 otherwise). The IPAM delegate is never asked.
  */
-async function cmdStatus(args: Args): Promise<void> {
+async function cmdStatus(a: Args): Promise<void> {
   let sc: Json;
   try {
-    sc = JSON.parse(new TextDecoder().decode(args.stdin));
+    sc = JSON.parse(new TextDecoder().decode(a.stdin));
   } catch (err) {
     throw new CniError(7, "invalid CNI config", String(err));
   }
   if (!sc.cniVersion) throw new CniError(7, "cniVersion is required");
   if (!sc.type) throw new CniError(7, "type is required");
-  logTo(Deno.env.get("GALACTIC_CNI_LOG_FILE") || undefined);
-  const api = Deno.env.get("GALACTIC_MASTER_TEST_APISERVER");
-  if (!api) return; // rest.ErrNotInCluster: the probe is skipped
+  setupLogging(env("GALACTIC_CNI_LOG_FILE") || undefined, env("GALACTIC_CNI_LOG_LEVEL"));
+  const api = env("GALACTIC_MASTER_TEST_APISERVER");
   log("INFO", "STATUS: probing API server reachability");
+  if (!api) return log("INFO", "STATUS: ready"); // rest.ErrNotInCluster: the probe is skipped
   try {
     const res = await fetch(`${api.replace(/\/$/, "")}/healthz`, {
       signal: AbortSignal.timeout(2_000),
@@ -367,5 +320,12 @@ async function cmdStatus(args: Args): Promise<void> {
 }
 
 if (import.meta.main) {
-  await pluginMain({ add: cmdAdd, check: cmdCheck, del: cmdDel, status: cmdStatus });
+  // cmd/galactic-tap/main.go sets CNI_NETNS_OVERRIDE=true for every call (tap never enters a
+  // netns), so skel skips its netns check and every delegate inherits it.
+  if (Deno.args[0] === "--flavour") flavour = Deno.args[1];
+  if (tap()) Deno.env.set("CNI_NETNS_OVERRIDE", "true");
+  await pluginMain(
+    { add: cmdAdd, check: cmdCheck, del: cmdDel, status: cmdStatus },
+    "CNI galactic plugin (milo-ipam test stand-in)",
+  );
 }

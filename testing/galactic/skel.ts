@@ -1,237 +1,327 @@
 /**
  * The skeleton of the galactic master stand-in (testing/galactic/master.ts):
- * what libcni's `pkg/skel` and `pkg/invoke` do for galactic's masters, the
- * verb dispatch with their registration, errors as skel prints them, slog-like
- * logging, and the IPAM delegation itself. Read from the sources named on
- * each piece; nothing is copied.
+ * what libcni's `pkg/skel` (containernetworking/cni v1.3.0, galactic's go.mod)
+ * does for galactic's masters, Go's error values as the masters build them,
+ * and slog's JSON log. Read from the sources named on each piece; nothing is
+ * copied. The delegation itself is in ./invoke.ts.
  */
 
-/** `version.All` of libcni: the versions skel accepts for galactic's `skel.PluginMainFuncs`. */
+/** `version.All` (`pkg/version/version.go`): the versions galactic's masters register. */
 export const SUPPORTED_VERSIONS = ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 export type Json = Record<string, unknown>;
 
-/** A CNI error the master prints itself (libcni `types.Error`: code, msg, details). */
-export class CniError extends Error {
-  constructor(readonly code: number, msg: string, readonly details = "") {
-    super(msg);
+// ---------------------------------------------------------------------------------------------
+// Errors: Go's error chain. `types.Error` is the one skel prints as it is.
+
+/** An error with the errors it wraps (`%w`), or joins (`errors.Join`). */
+export class GoError extends Error {
+  constructor(message: string, readonly wrapped: Error[] = []) {
+    super(message);
   }
 }
 
-/**
- * The delegate's own error, as libcni's invoke parses it from the delegate's stdout. galactic
- * wraps it with `%w`, and skel's `errors.As` finds it inside the wrapping, so the master prints
- * the delegate's error object unchanged (its code, msg and details), not its own words.
- */
-export class DelegateError extends Error {
-  constructor(readonly error: Json) {
-    super(String(error.msg ?? "delegate failed"));
+/** `fmt.Errorf("<prefix>: %w", err)`. */
+export function wrap(prefix: string, err: unknown): GoError {
+  const e = err instanceof Error ? err : new Error(String(err));
+  return new GoError(`${prefix}: ${e.message}`, [e]);
+}
+
+/** `errors.Join(errs...)`: the texts joined by newlines. */
+export function join(errs: Error[]): GoError {
+  return new GoError(errs.map((e) => e.message).join("\n"), errs);
+}
+
+/** libcni `types.Error` (`pkg/types/types.go`): its Error() is msg, then "; details" when set. */
+export class CniError extends GoError {
+  constructor(readonly code: number, readonly msg: string, readonly details = "") {
+    super(details ? `${msg}; ${details}` : msg);
   }
+
+  /** The JSON object skel prints (`code`, `msg`, `details` omitted when empty). */
+  toJson(): Json {
+    return { code: this.code, msg: this.msg, ...(this.details ? { details: this.details } : {}) };
+  }
+}
+
+/** `errors.As(err, &*types.Error)`: depth-first through wrapped and joined errors. */
+export function typedError(err: unknown): CniError | undefined {
+  if (err instanceof CniError) return err;
+  if (err instanceof GoError) {
+    for (const w of err.wrapped) {
+      const found = typedError(w);
+      if (found) return found;
+    }
+  }
+  return undefined;
+}
+
+/** Go's `%q` of a string (strconv.Quote), as error texts quote values. */
+export function goQuote(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const c = ch.codePointAt(0)!;
+    const named: Record<string, string> = {
+      "\u0007": "\\a",
+      "\b": "\\b",
+      "\f": "\\f",
+      "\n": "\\n",
+      "\r": "\\r",
+      "\t": "\\t",
+      "\v": "\\v",
+      '"': '\\"',
+      "\\": "\\\\",
+    };
+    if (named[ch]) out += named[ch];
+    else if (c < 0x20 || c === 0x7f) out += `\\x${c.toString(16).padStart(2, "0")}`;
+    else out += ch;
+  }
+  return out + '"';
 }
 
 // ---------------------------------------------------------------------------------------------
-// Logging: galactic uses slog (JSON to the log file once cnimaster.SetupLogging ran, stderr
-// before). The stand-in logs to GALACTIC_CNI_LOG_FILE, or stderr.
+// Logging: slog's JSON handler once cnimaster.SetupLogging ran (internal/cnimaster/config.go):
+// `GALACTIC_CNI_LOG_FILE` (else /var/log/galactic/galactic-cni.log; the stand-in writes stderr)
+// at `GALACTIC_CNI_LOG_LEVEL` (default info). An error attribute is written as its Error()
+// string (slog's JSONHandler writes a value implementing `error` as err.Error()).
 
+const LEVELS = { DEBUG: -4, INFO: 0, WARN: 4, ERROR: 8 } as const;
+type Level = keyof typeof LEVELS;
 let logFile: string | undefined;
+let minLevel: number = LEVELS.INFO;
 
-/** Sends the log to `path` (cnimaster.SetupLogging), or stderr when undefined. */
-export function logTo(path: string | undefined): void {
+/** cnimaster.SetupLogging: the file (stderr when undefined) and the level by its name. */
+export function setupLogging(path: string | undefined, level: string | undefined): void {
   logFile = path;
+  const name = (level ?? "").trim().toUpperCase();
+  const known: Record<string, number> = { ...LEVELS, WARNING: LEVELS.WARN, "": LEVELS.INFO };
+  minLevel = known[name] ?? LEVELS.INFO;
 }
 
-export function log(
-  level: "DEBUG" | "INFO" | "WARN" | "ERROR",
-  msg: string,
-  attrs: Json = {},
-): void {
-  const line = JSON.stringify({ time: new Date().toISOString(), level, msg, ...attrs }) + "\n";
+export function log(level: Level, msg: string, attrs: Record<string, unknown> = {}): void {
+  if (LEVELS[level] < minLevel) return;
+  const values = Object.fromEntries(
+    Object.entries(attrs).map(([k, v]) => [k, v instanceof Error ? v.message : v]),
+  );
+  const line = JSON.stringify({ time: new Date().toISOString(), level, msg, ...values }) + "\n";
   const bytes = new TextEncoder().encode(line);
   if (logFile) Deno.writeFileSync(logFile, bytes, { append: true });
   else Deno.stderr.writeSync(bytes);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Delegation: libcni `invoke.DelegateAdd/DelegateCheck/DelegateDel`, reached through
-// containernetworking/plugins `ipam.ExecAdd/ExecCheck/ExecDel(pluginConf.IPAM.Type, args.StdinData)`.
-
-/** `invoke.FindInPath`: the first `CNI_PATH` directory holding the plugin. */
-function findInPath(plugin: string): string {
-  const dirs = (Deno.env.get("CNI_PATH") ?? "").split(":").filter(Boolean);
-  for (const dir of dirs) {
-    try {
-      if (Deno.statSync(`${dir}/${plugin}`).isFile) return `${dir}/${plugin}`;
-    } catch {
-      // Not in this directory.
-    }
-  }
-  throw new Error(`failed to find plugin "${plugin}" in path [${dirs.join(" ")}]`);
-}
-
-/**
- * Execs the delegate: galactic passes its own stdin through unmodified (internal/cni
- * `configureIPAM`, internal/cnitap `cmdAdd`: `ipam.ExecAdd(pluginConf.IPAM.Type,
- * args.StdinData)`), and invoke runs it with this process's whole environment with CNI_COMMAND
- * overridden (`invoke.DelegateArgs.AsEnv`). The delegate's stderr goes to ours (`RawExec`).
- */
-export async function delegate(verb: "ADD" | "CHECK" | "DEL", type: string, stdin: Uint8Array) {
-  const path = findInPath(type);
-  const child = new Deno.Command(path, {
-    env: { ...Deno.env.toObject(), CNI_COMMAND: verb },
-    clearEnv: true,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(stdin).catch(() => {});
-  await writer.close().catch(() => {});
-  const out = await child.output();
-  if (out.stderr.length) Deno.stderr.writeSync(out.stderr);
-  const stdout = new TextDecoder().decode(out.stdout);
-  if (out.code !== 0) {
-    // `RawExec.pluginErr`: the delegate's stdout parsed as a types.Error, or a message about it.
-    let parsed: Json;
-    try {
-      const j = JSON.parse(stdout);
-      parsed = { code: j.code, msg: j.msg, ...(j.details ? { details: j.details } : {}) };
-    } catch {
-      parsed = {
-        code: 0,
-        msg: stdout.trim()
-          ? `netplugin failed but error parsing its diagnostic message "${stdout}"`
-          : `netplugin failed with no error message: exit status ${out.code}`,
-      };
-    }
-    throw new DelegateError(parsed);
-  }
-  return stdout;
-}
+// The skel dispatcher (`pkg/skel/skel.go` pluginMain), with galactic's registration:
+// internal/cni/cni.go and internal/cnitap/cnitap.go `RunPlugin` register Add, Check, Del and
+// Status with `version.All`; GC is not registered.
 
 /** One call's CNI arguments (skel `CmdArgs`). */
 export interface Args {
   containerId: string;
   ifName: string;
   netns: string;
+  args: string;
+  netnsOverride: string;
   stdin: Uint8Array;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The skel dispatcher (libcni pkg/skel `pluginMain`), with galactic's registration: internal/cni
-// /cni.go and internal/cnitap/cnitap.go `RunPlugin` register Add, Check, Del and Status with
-// `version.All`; GC is not registered.
-
-/** `version.GreaterThanOrEqualTo` on x.y.z strings. */
-function atLeast(v: string, floor: string): boolean {
-  const a = v.split(".").map(Number), b = floor.split(".").map(Number);
-  for (let i = 0; i < 3; i++) if ((a[i] ?? 0) !== (b[i] ?? 0)) return (a[i] ?? 0) > (b[i] ?? 0);
-  return true;
-}
-
-/** The verbs a master registers (galactic: ADD, CHECK, DEL and STATUS; no GC). */
+/** The verbs a master registers; ADD and DEL print their own result (types.PrintResult). */
 export interface Verbs {
-  add(args: Args): Promise<Json>;
+  add(args: Args): Promise<void>;
   check(args: Args): Promise<void>;
-  del(args: Args): Promise<Json>;
+  del(args: Args): Promise<void>;
   status(args: Args): Promise<void>;
 }
 
-async function main(verbs: Verbs): Promise<number> {
-  const env = (k: string) => Deno.env.get(k) ?? "";
-  const cmd = env("CNI_COMMAND");
-  const required: Record<string, string[]> = {
-    CNI_CONTAINERID: ["ADD", "CHECK", "DEL"],
-    CNI_NETNS: ["ADD", "CHECK"],
-    CNI_IFNAME: ["ADD", "CHECK", "DEL"],
-    CNI_PATH: ["ADD", "CHECK", "DEL"],
-  };
-  if (!cmd) {
-    // skel: no CNI_COMMAND prints the "about" string and the versions on stderr, and succeeds.
-    console.error("CNI galactic plugin (milo-ipam test stand-in)");
-    console.error(`CNI protocol versions supported: ${SUPPORTED_VERSIONS.join(", ")}`);
-    return 0;
+/** `pkg/utils/utils.go`: container IDs and network names. */
+const CNI_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
+
+function validateContainerId(id: string): void {
+  if (!CNI_NAME.test(id)) throw new CniError(4, "invalid characters in containerID", id);
+}
+
+/** utils.ValidateInterfaceName: non-empty, at most 15 bytes, not . or .., no / : or space. */
+function validateIfName(name: string): void {
+  if (new TextEncoder().encode(name).length > 15) {
+    throw new CniError(
+      4,
+      "interface name is too long",
+      "interface name should be less than 16 characters",
+    );
   }
-  const missing = [
-    ...Object.entries(required).filter(([k, verbs]) => verbs.includes(cmd) && !env(k)).map(([k]) =>
-      k
-    ),
-  ];
-  if (missing.length) {
-    throw new CniError(4, `required env variables [${missing.join(",")}] missing`);
+  if (name === "." || name === "..") throw new CniError(4, "interface name is . or ..");
+  if (/[/:\s]/u.test(name)) {
+    throw new CniError(4, "interface name contains / or : or whitespace characters");
   }
-  if (cmd === "VERSION") {
-    print({ cniVersion: "1.1.0", supportedVersions: SUPPORTED_VERSIONS });
-    return 0;
-  }
-  const stdin = new Uint8Array(await new Response(Deno.stdin.readable).arrayBuffer());
-  const args: Args = {
-    containerId: env("CNI_CONTAINERID"),
-    ifName: env("CNI_IFNAME"),
-    netns: env("CNI_NETNS"),
-    stdin,
-  };
-  // skel: the network name, then the version (`ConfVersionDecoder`: absent is 0.1.0; not in
-  // version.All is code 1 before any verb runs); CHECK needs ≥ 0.4.0, GC and STATUS ≥ 1.1.0.
-  let version = "0.1.0";
+}
+
+/** skel `validateConfig`: every verb but VERSION needs a JSON config with a valid `name`. */
+function validateConfig(stdin: Uint8Array): void {
+  let conf: unknown;
   try {
-    const conf = JSON.parse(new TextDecoder().decode(stdin));
-    if (["ADD", "CHECK", "DEL"].includes(cmd) && !conf?.name) {
-      throw new CniError(7, "missing network name");
-    }
-    if (typeof conf?.cniVersion === "string" && conf.cniVersion) version = conf.cniVersion;
+    conf = JSON.parse(new TextDecoder().decode(stdin));
   } catch (err) {
-    if (err instanceof CniError) throw err;
-    throw new CniError(6, `error unmarshall network config: ${err}`);
+    throw new CniError(6, `error unmarshall network config: ${(err as Error).message}`);
   }
-  const floor = { CHECK: "0.4.0", GC: "1.1.0", STATUS: "1.1.0" }[cmd];
-  if (floor && SUPPORTED_VERSIONS.includes(version) && !atLeast(version, floor)) {
-    throw new CniError(1, `config version does not allow ${cmd}`);
+  if (conf !== null && (typeof conf !== "object" || Array.isArray(conf))) {
+    throw new CniError(6, "error unmarshall network config: json: cannot unmarshal into a struct");
   }
-  const known = ["ADD", "CHECK", "DEL", "GC", "STATUS"].includes(cmd);
-  if (known && !SUPPORTED_VERSIONS.includes(version)) {
+  const name = (conf as Json | null)?.name;
+  if (name === undefined || name === null || name === "") {
+    throw new CniError(7, "missing network name");
+  }
+  if (typeof name !== "string") {
+    throw new CniError(6, "error unmarshall network config: json: cannot unmarshal name");
+  }
+  if (!CNI_NAME.test(name)) {
+    throw new CniError(7, "invalid characters found in network name", name);
+  }
+}
+
+/** `version.ParseVersion` (absent is 0.1.0) and `GreaterThanOrEqualTo`. */
+function atLeast(v: string, floor: string): boolean {
+  const parse = (s: string) => {
+    if (s === "") return [0, 1, 0];
+    const parts = s.split(".");
+    if (parts.length >= 4 || parts.some((p) => !/^[+-]?\d+$/.test(p))) {
+      throw new CniError(6, `invalid version ${goQuote(s)}`);
+    }
+    return [0, 1, 2].map((i) => Number(parts[i] ?? 0));
+  };
+  const a = parse(v), b = parse(floor);
+  for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return a[i] > b[i];
+  return true;
+}
+
+/** `create.DecodeVersion`: the config's cniVersion, 0.1.0 when absent. */
+function configVersion(stdin: Uint8Array): string {
+  const v = (JSON.parse(new TextDecoder().decode(stdin)) as Json | null)?.cniVersion;
+  if (v !== undefined && v !== null && typeof v !== "string") {
+    throw new CniError(6, "decoding version from network config: cniVersion is not a string");
+  }
+  return v || "0.1.0";
+}
+
+/** `checkVersionAndCall`: the version reconciler, then the verb (a nil verb succeeds). */
+async function call(version: string, fn: (() => Promise<void>) | undefined): Promise<void> {
+  if (!SUPPORTED_VERSIONS.includes(version)) {
+    const supported = `[${SUPPORTED_VERSIONS.map(goQuote).join(" ")}]`;
     throw new CniError(
       1,
       "incompatible CNI versions",
-      `config is "${version}", plugin supports ${JSON.stringify(SUPPORTED_VERSIONS)}`,
+      `config is ${goQuote(version)}, plugin supports ${supported}`,
     );
   }
+  if (fn) await fn();
+}
+
+/**
+ * skel's netns guard after ADD and DEL: unless `CNI_NETNS_OVERRIDE` is true or 1, a CNI_NETNS
+ * that is the plugin's own namespace is code 8 (`pkg/ns/ns_linux.go` CheckNetNS; a path that
+ * does not open passes).
+ */
+function checkNetns(a: Args): void {
+  if (a.netnsOverride.toUpperCase() === "TRUE" || a.netnsOverride === "1") return;
+  try {
+    const ns = Deno.statSync(a.netns), own = Deno.statSync("/proc/self/ns/net");
+    if (ns.ino === own.ino && ns.dev === own.dev) {
+      throw new CniError(8, "plugin's netns and netns from CNI_NETNS should not be the same");
+    }
+  } catch (err) {
+    if (err instanceof CniError) throw err;
+  }
+}
+
+async function main(verbs: Verbs, about: string): Promise<number> {
+  const env = (k: string) => Deno.env.get(k) ?? "";
+  const cmd = env("CNI_COMMAND");
+  // getCmdArgsFromEnv: each variable in this order; a set one required for the verb is
+  // validated at once, and the missing ones are reported together.
+  const vars: [string, string[], ((v: string) => void)?][] = [
+    ["CNI_COMMAND", ["ADD", "CHECK", "DEL", "GC", "STATUS"]],
+    ["CNI_CONTAINERID", ["ADD", "CHECK", "DEL"], validateContainerId],
+    ["CNI_NETNS", ["ADD", "CHECK"]],
+    ["CNI_IFNAME", ["ADD", "CHECK", "DEL"], validateIfName],
+    ["CNI_ARGS", []],
+    ["CNI_PATH", ["ADD", "CHECK", "DEL", "GC", "STATUS"]],
+    ["CNI_NETNS_OVERRIDE", []],
+  ];
+  const missing: string[] = [];
+  for (const [name, required, validate] of vars) {
+    const v = env(name);
+    if (!v) {
+      if (required.includes(cmd) || name === "CNI_COMMAND") missing.push(name);
+    } else if (required.includes(cmd)) validate?.(v);
+  }
+  if (missing.length) {
+    if (!cmd) {
+      console.error(about);
+      console.error(`CNI protocol versions supported: ${SUPPORTED_VERSIONS.join(", ")}`);
+      return 0;
+    }
+    throw new CniError(4, `required env variables [${missing.join(",")}] missing`);
+  }
+  const stdin = cmd === "VERSION"
+    ? new Uint8Array()
+    : new Uint8Array(await new Response(Deno.stdin.readable).arrayBuffer());
+  if (cmd !== "VERSION") validateConfig(stdin);
+  const a: Args = {
+    containerId: env("CNI_CONTAINERID"),
+    ifName: env("CNI_IFNAME"),
+    netns: env("CNI_NETNS"),
+    args: env("CNI_ARGS"),
+    netnsOverride: env("CNI_NETNS_OVERRIDE"),
+    stdin,
+  };
+  const floors: Record<string, [string, (() => Promise<void>) | undefined]> = {
+    CHECK: ["0.4.0", () => verbs.check(a)],
+    GC: ["1.1.0", undefined],
+    STATUS: ["1.1.0", () => verbs.status(a)],
+  };
   switch (cmd) {
     case "ADD":
-      print(await verbs.add(args));
+    case "DEL":
+      await call(configVersion(stdin), () => cmd === "ADD" ? verbs.add(a) : verbs.del(a));
+      checkNetns(a);
       return 0;
     case "CHECK":
-      await verbs.check(args);
-      return 0;
-    case "DEL":
-      print(await verbs.del(args));
-      return 0;
-    case "STATUS":
-      await verbs.status(args);
-      return 0;
     case "GC":
-      // Not registered: skel's checkVersionAndCall returns nil for a nil func, so GC succeeds
-      // silently and the IPAM delegate's GC is never called.
+    case "STATUS": {
+      const v = configVersion(stdin);
+      const [floor, fn] = floors[cmd];
+      if (!atLeast(v, floor)) throw new CniError(1, `config version does not allow ${cmd}`);
+      if (!SUPPORTED_VERSIONS.some((p) => atLeast(p, v))) {
+        throw new CniError(1, `plugin version does not allow ${cmd}`);
+      }
+      await call(v, fn);
+      return 0;
+    }
+    case "VERSION":
+      Deno.stdout.writeSync(
+        new TextEncoder().encode(
+          JSON.stringify({ cniVersion: "1.1.0", supportedVersions: SUPPORTED_VERSIONS }) + "\n",
+        ),
+      );
       return 0;
     default:
       throw new CniError(4, `unknown CNI_COMMAND: ${cmd}`);
   }
 }
 
-function print(v: Json): void {
+/** types.PrintResult / prettyPrint: the JSON with a four-space indent. */
+export function print(v: Json): void {
   Deno.stdout.writeSync(new TextEncoder().encode(JSON.stringify(v, null, 4)));
 }
 
-/** Runs `verbs` as skel's `PluginMainFuncs` does, printing errors as skel does, and exits. */
-export async function pluginMain(verbs: Verbs): Promise<never> {
+/**
+ * skel `PluginMainFuncs`: runs the verbs, prints an error as skel does (a `types.Error` found
+ * anywhere in the chain as it is, anything else as code 999 with its text) and exits 1.
+ */
+export async function pluginMain(verbs: Verbs, about: string): Promise<never> {
   let code: number;
   try {
-    code = await main(verbs);
+    code = await main(verbs, about);
   } catch (err) {
-    // skel: a types.Error anywhere in the chain is printed as it is (no cniVersion field);
-    // anything else is ErrInternal (999) with the error's text.
-    if (err instanceof DelegateError) print(err.error);
-    else if (err instanceof CniError) {
-      print({ code: err.code, msg: err.message, ...(err.details ? { details: err.details } : {}) });
-    } else print({ code: 999, msg: err instanceof Error ? err.message : String(err) });
+    const typed = typedError(err);
+    print(typed ? typed.toJson() : { code: 999, msg: (err as Error).message ?? String(err) });
     code = 1;
   }
   Deno.exit(code);

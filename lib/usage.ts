@@ -1,0 +1,72 @@
+/** The usage of `milo-ipam` and of each of its subcommands, as `--help` prints it. */
+
+/** `milo-ipam --help`. */
+export const MAIN_USAGE = `usage: milo-ipam COMMAND [FLAGS]
+       CNI_COMMAND=ADD|DEL|CHECK|STATUS|GC|VERSION milo-ipam < NETWORK_CONFIG
+
+A CNI runtime (or a master plugin) execs milo-ipam with CNI_COMMAND set, the
+network config on stdin and no arguments. The commands:
+
+  agent      the node agent: the plugin's calls over a unix socket, the reconcile timer, metrics
+  reconcile  release this node's leases whose holder is gone (the journal, then orphans)
+  sweep      release the cluster's leases whose pod is gone (Milo against the Kubernetes API)
+  show       who holds an address, a pod's or a node's claims
+  version    the release, its node state format and the CNI versions
+
+milo-ipam COMMAND --help prints a command's flags. Exit status 2: a wrong command line.`;
+
+/** `milo-ipam agent --help`. */
+export const AGENT_USAGE = `usage: milo-ipam agent [--config FILE]
+
+Runs until SIGTERM or SIGINT: answers the plugin's calls on agent.socket, runs the
+node reconcile every agent.reconcileIntervalS, serves /metrics, /readyz and /livez on
+agent.metrics, and writes each record it logs to stdout as well as to log.file.
+
+  --config FILE   the node config (default: the installed one, else /etc/milo-ipam/node.json)`;
+
+/** `milo-ipam reconcile --help`. */
+export const RECONCILE_USAGE =
+  `usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force] [--list]
+
+Finishes the release journal, then releases this host's claims whose container no
+result cache names in two runs --grace apart; prints a JSON report. Exit status: 0
+done, 1 something failed, 2 a brake held (or a wrong command line).
+
+  --config FILE      the node config (default: the installed one)
+  --grace SECONDS    the absence to wait for (default reconcile.graceS)
+  --dry-run          decide, release nothing
+  --force            release past the brakes (by hand, when the node truly has no pod)
+  --list             list this node's claims in Milo into the node's record first`;
+
+/** `milo-ipam sweep --help`: the sweep's own usage line, then what it does. */
+export function sweepUsage(line: string): string {
+  return `${line}
+
+Compares Milo's claims of the node config's cluster with the Kubernetes API and
+releases the leases of pods that are gone (by pod UID), with --apply; else a dry run.
+Exit status: 0 done, 1 an error, 2 a brake (or a wrong command line), 3 some releases
+failed. Flags and every rule: the README's "Cluster sweep".`;
+}
+
+/** `milo-ipam show --help`. */
+export const SHOW_USAGE = `usage: milo-ipam show ADDRESS | --pod NAMESPACE/NAME | --node NAME
+                      [--config FILE] [--output text|json]
+
+Who holds a lease: each matching claim with its address, holder (pod, container,
+interface, network), node, host and age on Milo's clock; on the holder's own node,
+also whether its result caches name the container, its record and its journal entry.
+
+  ADDRESS              an IPv4 or IPv6 address (a CIDR's address part is used): every
+                       claim in milo.namespace, of any cluster, whose lease holds it
+  --pod NS/NAME        the claims of that pod in this node config's cluster
+  --node NAME          the claims of that node in this node config's cluster
+  --config FILE        the node config (default: the installed one)
+  --output text|json   text (default) or one JSON object
+
+Each query is one LIST of claims: Milo reads every claim of the project for any LIST
+(a label selector narrows only the answer), so run it by hand, not in a loop.`;
+
+/** `milo-ipam version --help`. */
+export const VERSION_USAGE = `usage: milo-ipam version [--output text|json]
+
+Prints the release, the node state format it reads and writes, and the CNI versions.`;
