@@ -89,6 +89,8 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
   let milo: MiloClient | undefined;
   let cni: ReturnType<typeof readCniEnv> | undefined;
   let conf: NetConf | undefined;
+  /** Set once the node state is known to be in a format this release writes. */
+  let stateOk = false;
   let handled = false;
   const finish = (r: Omit<Reply, "record" | "node">, extra: Record<string, unknown>): Reply => ({
     ...r,
@@ -112,6 +114,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     node = await deps.nodeConfig();
     record.node = node.node;
     requireStateFormat(node.stateDir);
+    stateOk = true;
     cniVersion = versionOf(stdin);
     conf = parseNetConf(stdin, node, verb);
     record.network = conf.name;
@@ -147,7 +150,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     });
   } catch (err) {
     let e = toCniError(err);
-    if (!handled && record.verb === "DEL" && req.undoOf === undefined && node && cni) {
+    if (!handled && record.verb === "DEL" && req.undoOf === undefined && node && cni && stateOk) {
       // A release that never reached Milo is owed all the same (see lib/del.ts).
       const note = await journalUnreached(node, cni, conf, e.message, now());
       if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
