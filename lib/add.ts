@@ -10,6 +10,7 @@ import {
   recordsAnother,
 } from "./claims.ts";
 import { encodeResult, type Lease } from "./cni.ts";
+import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
@@ -35,16 +36,20 @@ type Held = Lease & { name: string; uid?: string; fresh: boolean };
  * ADD succeeded; when the ADD failed and Milo answered every create it sent
  * it is what it was before (an earlier ADD's lease, or none), and left
  * `adding` (in doubt) otherwise. Refused while the
- * journal is full (lib/journal.ts).
+ * pod's namespace owes its share of the release journal (lib/journal.ts).
  */
 export const add: Handler = async (inv) => {
-  if (inv.journal.isFull()) {
+  const full = inv.journal.full(inv.attachment);
+  if (full) {
     throw new CniError(
       "transient",
-      `${inv.journal.max} or more releases are owed to Milo: ADD refused until reconcile makes them`,
-      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers`,
+      `${full.owed} releases are owed to Milo for ${full.share} (its limit ${full.limit}): ` +
+        "ADD refused until reconcile makes them",
+      `release journal ${inv.journal.dir}; run milo-ipam reconcile once Milo answers; ` +
+        "other namespaces' ADDs go on",
     );
   }
+  requireIdentityGrant(inv.node, inv.attachment);
   const names = claimNamesOf(inv);
   const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);

@@ -374,7 +374,7 @@ export class Agent {
     this.metrics.rateLimit.set(this.#limiter.rate);
     this.metrics.concurrencyLimit.set(this.#limiter.concurrency);
     const journal = new Journal(this.#node.stateDir);
-    this.metrics.journalOwed.set(await journal.countOwed().catch(() => NaN));
+    this.metrics.journalOwed.set(await journal.owed().catch(() => NaN));
     this.metrics.journalMax.set(journal.max);
     this.metrics.ready.set(await this.#ready.probe() === null ? 1 : 0);
     return this.metrics.render(size);

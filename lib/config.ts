@@ -13,6 +13,7 @@ import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { CniError } from "./errors.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
+import { networkTimeouts } from "./network_timeouts.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
@@ -127,13 +128,42 @@ const nodeShape = {
     { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },
   ),
   allowRequestedAddresses: withDefault(z.boolean(), false),
+  allowIdentities: withDefault(
+    z.array(
+      // Strict: a mistyped key would otherwise be dropped, and the grant widened.
+      z.strictObject({
+        namespace: z.optional(nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"))),
+        network: z.optional(bounded),
+        identity: z.optional(z.enum(["pod", "network"])),
+      }, {
+        error: (iss) =>
+          iss.code === "unrecognized_keys"
+            ? `unknown key ${iss.keys.join(", ")}; known keys: namespace, network, identity`
+            : undefined,
+      }).check(
+        z.refine(
+          (g) => !!(g.namespace || g.network || g.identity),
+          "must name a namespace, a network or an identity",
+        ),
+      ),
+    ).check(z.maxLength(1024)),
+    [],
+  ),
   gc: withDefault(z.object({ minAgeS: withDefault(int(0, 86_400), 60) }), { minAgeS: 60 }),
   reconcile: withDefault(z.object({ graceS: withDefault(int(0, 86_400), 300) }), { graceS: 300 }),
   timeouts: withDefault(
     z.object({
       requestMs: withDefault(timeoutsShape.requestMs, 2_000),
       totalMs: withDefault(timeoutsShape.totalMs, 10_000),
-    }).check(z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs")),
+      minRequestMs: z.optional(timeoutsShape.requestMs),
+      minTotalMs: z.optional(timeoutsShape.totalMs),
+    }).check(
+      z.refine((t) => t.requestMs <= t.totalMs, "requestMs must not exceed totalMs"),
+      z.refine(
+        (t) => (t.minRequestMs ?? 0) <= t.requestMs && (t.minTotalMs ?? 0) <= t.totalMs,
+        "minRequestMs and minTotalMs must not exceed requestMs and totalMs",
+      ),
+    ),
     { requestMs: 2_000, totalMs: 10_000 },
   ),
 };
@@ -200,11 +230,11 @@ export const NodeConfigSchema = z.object({
 /** The per-network part of the schema, applied to node defaults merged with the ipam block. */
 export const NetworkConfigSchema = z.object(networkShape);
 
-/** The node config's keys: its own, and the network keys it may give defaults for. */
+/** The node config's keys: the network keys it may give defaults for, and its own (`timeouts`). */
 const NODE_KEYS: KeyTree = {
   type: null,
-  ...keyTree(z.object(nodeShape)),
   ...keyTree(NetworkConfigSchema),
+  ...keyTree(z.object(nodeShape)),
 };
 
 /** The ipam block's keys: the network keys, `type`, and node keys (refused by value). */
@@ -405,8 +435,17 @@ function refuseNodeKeys(ipam: Record<string, unknown>, node: NodeConfig): void {
 
 const MERGED = ["classes", "gateways", "prefixLengths"] as const;
 
-/** The network settings: node defaults under the ipam block (key by key in MERGED objects). */
-export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): NetworkConfig {
+/**
+ * The network settings: node defaults under the ipam block (key by key in
+ * MERGED objects). Timeouts above the node's limits are refused; below its
+ * floor, an ADD is refused and any other verb is held to the floor (a
+ * release is never refused for an attachment made before the floor was).
+ */
+export function parseNetwork(
+  ipam: Record<string, unknown>,
+  node: NodeConfig,
+  verb = "ADD",
+): NetworkConfig {
   refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "");
   refuseNodeKeys(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
@@ -433,19 +472,5 @@ export function parseNetwork(ipam: Record<string, unknown>, node: NodeConfig): N
         'identity "pod" or "network" (which retain by a name that is made again)',
     );
   }
-  const limit = node.timeouts;
-  const t = { ...limit, ...parsed.data.timeouts };
-  for (const k of ["requestMs", "totalMs"] as const) {
-    if (t[k] > limit[k]) {
-      throw new CniError(
-        "config",
-        `field ipam.timeouts.${k}: must be at most ${limit[k]}, the node's limit`,
-        `node config ${node.path} sets timeouts.${k}`,
-      );
-    }
-  }
-  if (t.requestMs > t.totalMs) {
-    throw new CniError("config", "field ipam.timeouts: requestMs must not exceed totalMs");
-  }
-  return { ...parsed.data, timeouts: t };
+  return { ...parsed.data, timeouts: networkTimeouts(parsed.data.timeouts, node, verb) };
 }

@@ -5,7 +5,7 @@ import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import { FAMILIES, miloFamily } from "./ip.ts";
 import type { Handler, Invocation } from "./invocation.ts";
-import { readLive } from "./liveness.ts";
+import { isLive, readLive } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { Release } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -39,12 +39,14 @@ export const gc: Handler = async (inv) => {
       "nothing released",
     );
   }
-  const live = (await readLive(inv.node.resultsDirs)).containers;
+  const live = await readLive(inv.node.resultsDirs);
   const stale = listed.items.filter((c) => {
     const h = holderOf(c);
     if (h.host !== a.host || h.network !== a.network || !madeFor(c, inv.conf.network)) return false;
     if (h.containerId === undefined || h.ifname === undefined) return false;
-    if (valid.has(attachmentKey(h.containerId, h.ifname)) || live.has(h.containerId)) return false;
+    if (valid.has(attachmentKey(h.containerId, h.ifname)) || isLive(live, h.containerId)) {
+      return false;
+    }
     if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
     // Released by its uid only: a claim without one is left.
     if (!c.metadata.uid) return false;

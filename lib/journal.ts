@@ -11,14 +11,22 @@
  *
  * No entry is ever dropped unmade: an entry leaves only when its release was
  * made (or the attachment came back). The journal's size is bounded instead
- * by refusing ADDs while {@link MAX_OWED} entries are owed (see {@link isFull}).
+ * by refusing ADDs of a tenant (a pod namespace) that owes too many
+ * (lib/journal_shares.ts, {@link Journal.full}): never another tenant's.
  */
 import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
+import {
+  type Entries,
+  type FullShare,
+  MAX_OWED,
+  MAX_OWED_PER_SHARE,
+  shareOf,
+  Shares,
+} from "./journal_shares.ts";
 import { lockFile } from "./lockfile.ts";
 
-/** Entries owed at which ADDs are refused until reconcile has made some of them. */
-export const MAX_OWED = 4096;
+export { MAX_OWED, MAX_OWED_PER_SHARE, shareOf };
 
 /** One claim a release is owed for. */
 export interface JournalClaim {
@@ -34,6 +42,8 @@ export interface JournalEntry {
   /** The host that wrote it (lib/host.ts): an entry copied to another machine is not its own. */
   host?: string;
   network: string;
+  /** The pod's namespace: whose share of the journal the entry counts against. */
+  podNamespace?: string;
   containerId: string;
   ifname: string;
   /** When the release first failed (ms since epoch, the node's clock). */
@@ -66,15 +76,13 @@ export interface JournalHold {
 export class Journal {
   readonly dir: string;
   readonly #max: number;
+  readonly #shares: Shares;
 
-  constructor(stateDir: string, max = MAX_OWED) {
+  /** Bounded at `max` entries owed by the node, `shareMax` by one share. */
+  constructor(stateDir: string, max = MAX_OWED, shareMax = MAX_OWED_PER_SHARE) {
     this.dir = `${stateDir}/journal`;
     this.#max = max;
-  }
-
-  /** Entries owed at which ADDs are refused. */
-  get max(): number {
-    return this.#max;
+    this.#shares = new Shares(this.dir, max, shareMax);
   }
 
   /** The entry file of an attachment (`pod-` and the hash its claims are named by). */
@@ -93,32 +101,48 @@ export class Journal {
     }));
   }
 
-  /** Whether {@link MAX_OWED} entries are owed: ADDs are refused until fewer are. */
-  isFull(): boolean {
-    try {
-      return Deno.statSync(this.#fullFlag).isFile;
-    } catch {
-      return false;
-    }
+  /**
+   * Why ADDs of `a`'s share (its pod namespace, else its network) are refused
+   * until reconcile makes some of its releases, or undefined: it owes
+   * {@link MAX_OWED_PER_SHARE}, or, while the node owes {@link MAX_OWED}, an
+   * even part of them or more. Another share's entries never refuse it.
+   */
+  full(a: Pick<Attachment, "podNamespace" | "network">): FullShare | undefined {
+    return this.#shares.full(shareOf(a));
   }
 
-  /** Counts the entries owed and sets or clears the flag {@link isFull} reads; answers the count. */
-  async countOwed(): Promise<number> {
-    let n = 0;
+  /** Entries owed by the node at which its shares owing an even part or more are refused. */
+  get max(): number {
+    return this.#max;
+  }
+
+  /** The entries owed now (counted, nothing changed). */
+  async owed(): Promise<number> {
+    return (await this.#entries()).files.length;
+  }
+
+  /** Counts the entries owed, rebuilds the shares' counts and flags; answers the count. */
+  countOwed(): Promise<number> {
+    return this.#shares.recount(() => this.#entries());
+  }
+
+  /** The entry files, each one's share read on demand. */
+  async #entries(): Promise<Entries> {
+    const files: string[] = [];
     try {
-      for await (const e of Deno.readDir(this.dir)) if (e.isFile && e.name.endsWith(".json")) n++;
+      for await (const e of Deno.readDir(this.dir)) {
+        if (e.isFile && e.name.endsWith(".json")) files.push(e.name);
+      }
     } catch (err) {
       if (!(err instanceof Deno.errors.NotFound)) {
         throw new CniError("io", `cannot list release journal ${this.dir}`, errorText(err));
       }
     }
-    if (n >= this.#max) await Deno.writeTextFile(this.#fullFlag, `${n}\n`);
-    else await Deno.remove(this.#fullFlag).catch(() => {});
-    return n;
-  }
-
-  get #fullFlag(): string {
-    return `${this.dir}/full`;
+    const shareOfFile = async (f: string) => {
+      const e = await this.#read(`${this.dir}/${f}`).catch(() => undefined);
+      return e ? shareOf(e) : undefined;
+    };
+    return { files, shareOf: shareOfFile };
   }
 
   /**
@@ -156,8 +180,14 @@ export class Journal {
     const lock = held?.path === path ? null : await lockFile(path);
     try {
       const old = await this.#read(path);
-      await writeAtomic(path, next(old));
-      if (!old) await this.countOwed();
+      const entry = next(old);
+      if (old) entry.podNamespace = old.podNamespace;
+      await writeAtomic(path, entry);
+      if (!old) {
+        const entries = () => this.#entries();
+        const total = (await entries()).files.length;
+        await this.#shares.added(shareOf(entry), baseName(path), total, entries);
+      }
     } finally {
       lock?.close();
     }
@@ -243,12 +273,14 @@ export class Journal {
     }
   }
 
-  /** Replaces an entry (after a failed attempt) or removes it (`null`). */
+  /** Replaces an entry (after a failed attempt) or removes it (`null`), under its lock. */
   async update(path: string, entry: JournalEntry | null): Promise<void> {
     if (entry) return await writeAtomic(path, entry);
+    const old = await this.#read(path).catch(() => undefined);
     await Deno.remove(path).catch((err) => {
       if (!(err instanceof Deno.errors.NotFound)) throw err;
     });
+    if (old) await this.#shares.removed(shareOf(old), baseName(path));
   }
 
   async #read(path: string): Promise<JournalEntry | undefined> {
@@ -273,12 +305,13 @@ function entryOf(
   claims: JournalClaim[],
   lastError: string,
 ): JournalEntry {
-  const { cluster, node, host, network, containerId, ifname } = a;
+  const { cluster, node, host, network, containerId, ifname, podNamespace } = a;
   return {
     cluster,
     node,
     ...(host ? { host } : {}),
     network,
+    ...(podNamespace ? { podNamespace } : {}),
     containerId,
     ifname,
     created,
@@ -287,6 +320,8 @@ function entryOf(
     lastError,
   };
 }
+
+const baseName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
 
 /** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */
 export async function writeAtomic(path: string, value: unknown): Promise<void> {

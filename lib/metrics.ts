@@ -178,7 +178,7 @@ export class Metrics {
       ...family(
         "milo_ipam_release_journal_max",
         "gauge",
-        "Owed releases at which ADDs are refused (code 11) until reconcile makes some.",
+        "Owed releases at which the node refuses the ADDs (code 11) of namespaces owing an even part or more (one namespace's own limit: 512).",
         this.journalMax.lines("milo_ipam_release_journal_max"),
       ),
       ...family(

@@ -1,14 +1,19 @@
 /**
  * The agent's metrics listener: `GET /metrics`, `/readyz` and `/livez` over
- * plain HTTP/1.1 on the port `agent.metrics` names, bounded so that nobody who can reach the port can grow the
- * agent: at most {@link MAX_CONNECTIONS} connections at once (more are
- * closed as they are accepted), a request head of at most {@link HEAD_BYTES}
- * read within {@link HEAD_MS}, one answer per connection, then close.
+ * plain HTTP/1.1 on the port `agent.metrics` names, bounded so that nobody
+ * who can reach the port can grow the agent or shut the scraper out: at most
+ * {@link MAX_CONNECTIONS} connections at once, a request head of at most
+ * {@link HEAD_BYTES} read within {@link HEAD_MS}, one answer per connection,
+ * then close. Every connection is accepted: past the bound, the oldest one
+ * still without its request head is closed to make room. A scraper (or a
+ * probe) sends its head as it connects, so held connections (idle, or
+ * trickling a head) are the ones closed, never a request being answered;
+ * scrapes arriving together share one rendering.
  */
-import { within } from "./timers.ts";
+import { after, within } from "./timers.ts";
 
-/** Connections served at once; Prometheus scrapes one at a time. */
-export const MAX_CONNECTIONS = 16;
+/** Connections served at once (file descriptors of the agent). */
+export const MAX_CONNECTIONS = 64;
 /** Longest a client may take to send its request head. */
 export const HEAD_MS = 2_000;
 /** Largest request head read (a scrape's is a few hundred bytes). */
@@ -19,6 +24,12 @@ const WRITE_MS = 2_000;
 /** A running listener. */
 export interface MetricsServer {
   close(): Promise<void>;
+}
+
+/** One open connection: whether its request head is still awaited, and its handling. */
+interface Open {
+  waiting: boolean;
+  done?: Promise<void>;
 }
 
 /** A probe: null when it passes, else why it fails (answered 503 with that text). */
@@ -41,19 +52,25 @@ export function serveMetrics(
   probes?: Probes,
 ): MetricsServer {
   const listener = Deno.listen({ hostname, port });
-  const open = new Set<Promise<void>>();
+  // In order of acceptance: the first waiting one is the oldest still without its head.
+  const open = new Map<Deno.Conn, Open>();
+  let rendering: Promise<string> | undefined;
+  const shared = () => rendering ??= render().finally(() => rendering = undefined);
   const accepting = (async () => {
     try {
       for await (const conn of listener) {
         if (open.size >= MAX_CONNECTIONS) {
-          closeQuietly(conn);
-          continue;
+          // A turn of the event loop first: heads that have arrived are read (their
+          // connections are then being answered), however fast connections arrive.
+          await after(0);
+          evictOne(open);
         }
-        const p = answer(conn, render, probes).finally(() => {
-          open.delete(p);
+        const state: Open = { waiting: true };
+        open.set(conn, state);
+        state.done = answer(conn, state, shared, probes).finally(() => {
+          open.delete(conn);
           closeQuietly(conn);
         });
-        open.add(p);
       }
     } catch {
       // Listener closed.
@@ -63,18 +80,35 @@ export function serveMetrics(
     async close() {
       listener.close();
       await accepting;
-      await Promise.allSettled([...open]);
+      await Promise.allSettled([...open.values()].map((o) => o.done));
     },
   };
 }
 
+/** Closes the oldest connection still without its request head, else the oldest one. */
+function evictOne(open: Map<Deno.Conn, Open>): void {
+  let victim: Deno.Conn | undefined;
+  for (const [conn, o] of open) {
+    if (o.waiting) {
+      victim = conn;
+      break;
+    }
+    victim ??= conn;
+  }
+  if (!victim) return;
+  open.delete(victim);
+  closeQuietly(victim);
+}
+
 async function answer(
   conn: Deno.Conn,
+  state: Open,
   render: () => Promise<string>,
   probes?: Probes,
 ): Promise<void> {
   const head = await within(readHead(conn), HEAD_MS, () => null).catch(() => null);
   if (head === null) return;
+  state.waiting = false;
   const [method, target = ""] = head.slice(0, head.indexOf("\r\n")).split(" ");
   const path = target.split("?")[0];
   const probe = path === "/readyz" ? probes?.ready : path === "/livez" ? probes?.live : undefined;

@@ -60,7 +60,7 @@ export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetCo
     prevResult: verb === "CHECK" ? parsePrevResult(raw.prevResult) : undefined,
     runtimeIps: verb === "ADD" ? parseRuntimeIps(raw.runtimeConfig) : undefined,
     validAttachments: verb === "GC" ? parseValidAttachments(raw) : undefined,
-    network: parseNetwork(raw.ipam, node),
+    network: parseNetwork(raw.ipam, node, verb),
   };
 }
 

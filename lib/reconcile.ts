@@ -28,8 +28,9 @@ import { writeAtomic } from "./journal.ts";
 import {
   type Brake,
   brakeOf,
+  isLive,
+  LiveReader,
   type LiveSet,
-  readLive,
   readState,
   type State,
   stateFileOf,
@@ -124,7 +125,8 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   if (o.list || holdings.listedAt() === undefined) {
     await listIntoRecord(o, milo(), holdings, host, now(), report);
   }
-  const live = await readLive(node.resultsDirs);
+  const caches = new LiveReader(node.resultsDirs);
+  const live = await caches.read();
   report.live = live.containers.size;
   report.caches = live.dirs;
   const previous = await readState(stateFileOf(node), now());
@@ -136,7 +138,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     const { name, h } = c;
     if (journaled.has(name)) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
-    if (live.containers.has(h.containerId)) {
+    if (isLive(live, h.containerId)) {
       keep("live: a result cache names its container");
       continue;
     }
@@ -164,9 +166,9 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     }
   } else {
     if (!absent || o.force) next.baseline = { live: live.containers.size, at: now() };
-    await releaseOrphans(o, milo, holdings, host, candidates, next, report, "orphan");
+    await releaseOrphans(o, milo, caches, holdings, host, candidates, next, report, "orphan");
   }
-  await releaseOrphans(o, milo, holdings, host, dead, next, report, "boot");
+  await releaseOrphans(o, milo, caches, holdings, host, dead, next, report, "boot");
   await Deno.mkdir(node.stateDir, { recursive: true });
   await writeAtomic(stateFileOf(node), next);
   return report;
@@ -247,6 +249,7 @@ async function listIntoRecord(
 async function releaseOrphans(
   o: ReconcileOptions,
   milo: () => MiloClient,
+  caches: LiveReader,
   holdings: Holdings,
   host: string,
   candidates: Recorded[],
@@ -255,14 +258,14 @@ async function releaseOrphans(
   via: "orphan" | "boot",
 ): Promise<void> {
   if (!candidates.length) return;
-  const again = await readLive(o.node.resultsDirs);
+  const again = await caches.read();
   for (const c of candidates) {
     const { h, name } = c;
     const keep = (reason: string) => {
       report.kept.push({ claim: name, reason });
       delete next.absent[name];
     };
-    if (again.containers.has(h.containerId)) {
+    if (isLive(again, h.containerId)) {
       keep("its container reappeared in a result cache on re-check");
       continue;
     }
@@ -278,7 +281,7 @@ async function releaseOrphans(
         keep("a later ADD or DEL of its attachment is recorded");
         continue;
       }
-      if ((await readLive(o.node.resultsDirs)).containers.has(h.containerId)) {
+      if (isLive(await caches.read(), h.containerId)) {
         keep("its container reappeared in a result cache on re-check");
         continue;
       }

@@ -15,7 +15,7 @@ import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
 import { cidrContains, type Ip, parseCidr, parseIp } from "./ip.ts";
 import { Journal } from "./journal.ts";
-import { readLive } from "./liveness.ts";
+import { isLive, readLive } from "./liveness.ts";
 import { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { SHOW_USAGE } from "./usage.ts";
@@ -152,7 +152,7 @@ export async function showRows(
     const key = { cluster: node.cluster, containerId: h.containerId!, ifname: h.ifname ?? "" };
     const record = holdings.read(key);
     row.local = {
-      cachesNaming: perDir.filter((p) => p.l.containers.has(h.containerId!)).map((p) => p.d),
+      cachesNaming: perDir.filter((p) => isLive(p.l, h.containerId!)).map((p) => p.d),
       record: record?.state ?? "none",
       journaled: exists(journal.pathOf(key)),
     };

@@ -55,6 +55,8 @@ export interface TestPlugin {
   startAgent(env?: Record<string, string>): Promise<void>;
   /** Stops the agent (SIGTERM by default) and waits for it to exit. */
   stopAgent(signal?: Deno.Signal): Promise<void>;
+  /** The running agent's process id (the launcher execs Deno, so it is the agent's own). */
+  agentPid(): number | undefined;
   cleanup(): Promise<void>;
 }
 
@@ -138,13 +140,14 @@ export async function installPlugin(o: {
   });
   const run = (r: RunOptions) => runAs(installed.path, dir, r);
   const socket = (node.agent as { socket?: string } | undefined)?.socket;
-  const { startAgent, stopAgent } = agentControl(installed.path, socket);
+  const { startAgent, stopAgent, agentPid } = agentControl(installed.path, socket);
   return {
     installed,
     dir,
     socket,
     startAgent,
     stopAgent,
+    agentPid,
     tokenFile,
     logFile,
     nodeConfig,
@@ -195,7 +198,7 @@ function agentControl(path: string, socket: string | undefined) {
     } catch { /* gone */ }
     await a.status;
   };
-  return { startAgent, stopAgent };
+  return { startAgent, stopAgent, agentPid: () => agent?.pid };
 }
 
 /** A bridge network config delegating to milo-ipam; `ipam` and `top` override fields. */

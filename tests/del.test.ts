@@ -139,6 +139,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
       node: "node-1",
       network: "vpc-7b3e",
       host: i.attachment.host,
+      podNamespace: "shop",
       containerId: CONTAINER_ID,
       ifname: "eth0",
       created: now,

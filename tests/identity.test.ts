@@ -15,7 +15,7 @@ import {
   CLAIMS_PATH,
   type InvocationOptions,
   rejectsWith,
-  withVerb,
+  withVerb as withVerbOf,
 } from "../testing/stub_invocation.ts";
 import type { StubMilo } from "../testing/stub_milo.ts";
 import { statusReply } from "../testing/milo_fixtures.ts";
@@ -27,6 +27,16 @@ const CID_A = "a".repeat(64);
 const CID_B = "b".repeat(64);
 
 type Build = (o?: Partial<InvocationOptions>) => Invocation;
+
+/** The node grants stable identities to namespace shop, where these tests' pods run. */
+const GRANT = { allowIdentities: [{ namespace: "shop" }] };
+
+/** {@link withVerbOf} on a node with {@link GRANT}. */
+const withVerb: typeof withVerbOf = (command, fn) =>
+  withVerbOf(
+    command,
+    (stub, inv, dir) => fn(stub, (o = {}) => inv({ ...o, node: { ...GRANT, ...o.node } }), dir),
+  );
 
 /** The first address of an ADD's result. */
 const address = (r: Awaited<ReturnType<typeof add>>) =>
@@ -423,5 +433,41 @@ Deno.test("a re-binding Milo answers a live name with Conflict: the ADD reads it
       });
       await rejectsWith(add(sandbox(inv, "ADD", CID_A, "uid-1")), 11, /existed .* gone now/);
     });
+  });
+});
+
+Deno.test("stable identities are the node's to grant: an ADD without the grant is 7 naming the key, sends nothing", async () => {
+  await withVerbOf("ADD", async (stub, inv) => {
+    const ask = (
+      ipam: Record<string, unknown>,
+      node: Record<string, unknown> = {},
+      ns = "shop",
+      command: "ADD" | "DEL" = "ADD",
+    ) =>
+      inv({
+        command,
+        ipam: { ...V4, ...ipam },
+        node,
+        args: { K8S_POD_NAMESPACE: ns, K8S_POD_NAME: "db-0" },
+      });
+    for (const ipam of [POD, SLOT]) {
+      const e = await rejectsWith(
+        add(ask(ipam)),
+        7,
+        /field ipam\.identity: "(pod|network)" is the node's to grant.*namespace shop on network "vpc-7b3e"/,
+      );
+      assert.match(e.details, /allowIdentities in the node config/);
+      assert.match(e.details, /retentionLease/);
+    }
+    const only = (g: Record<string, unknown>) => ({ allowIdentities: [g] });
+    await rejectsWith(add(ask(POD, only({ namespace: "db" }))), 7, /namespace shop/);
+    await rejectsWith(add(ask(POD, only({ namespace: "shop", network: "other" }))), 7);
+    await rejectsWith(add(ask(SLOT, only({ namespace: "shop", identity: "pod" }))), 7);
+    assert.equal(stub.requests.length, 0, "refused before any request");
+    await add(ask(POD, only({ namespace: "shop", identity: "pod" })));
+    await add(ask(SLOT, only({ network: "vpc-7b3e" }), "web"));
+    // A grant withdrawn: the DEL still releases what the ADD made.
+    await del(ask(POD, {}, "shop", "DEL"));
+    assert.equal(stub.seen("DELETE").length, 1);
   });
 });

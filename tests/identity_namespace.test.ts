@@ -32,7 +32,11 @@ function pod(
     ipam: SLOT,
     top: { name: "private", vpc: o.vpc, vpcattachment: o.att },
     args: { K8S_POD_NAMESPACE: o.ns, K8S_POD_NAME: o.pod, K8S_POD_UID: `uid-${o.pod}` },
-    node: { node: o.node ?? "node-1" },
+    // The node grants the slot identity on this network to every namespace, as galactic's do.
+    node: {
+      node: o.node ?? "node-1",
+      allowIdentities: [{ network: "private", identity: "network" }],
+    },
   });
 }
 

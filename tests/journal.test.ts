@@ -28,10 +28,11 @@ const attachment = (containerId: string) => ({
 /** The host identity the stub invocations of `dir` record (one made in `dir`). */
 const hostOf = (dir: string) => hostId({ hostIdFile: `${dir}/machine-id`, stateDir: dir });
 
-/** The entry owing both claims of the default attachment, by name. */
+/** The entry owing both claims of the default attachment (a pod in shop), by name. */
 const entryOfBoth = (created: number, lastError: string, host: string): JournalEntry => ({
   ...attachment(CONTAINER_ID),
   host,
+  podNamespace: "shop",
   created,
   claims: [
     { name: claimName(attachment(CONTAINER_ID), "ipv4") },
@@ -119,25 +120,30 @@ Deno.test("journal: an entry that cannot be dropped fails the ADD with code 5 be
   });
 });
 
-Deno.test("journal: never drops an entry past its bound; ADDs are refused while it is full", async () => {
+Deno.test("journal: never drops an entry past its share's bound; that share's ADDs are refused meanwhile", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
-    const journal = new Journal(dir, 3);
+    const journal = new Journal(dir, 4096, 3);
+    const shop = (id: string) => ({ ...attachment(id), podNamespace: "shop" });
     for (const [i, id] of ["a", "b", "c", "d"].entries()) {
-      await journal.record(attachment(id), [{ name: `pod-${id}-v4` }], "e", 1_000 + i);
+      await journal.record(shop(id), [{ name: `pod-${id}-v4` }], "e", 1_000 + i);
     }
-    await journal.record(attachment("a"), [{ name: "pod-a-v6", uid: "u" }], "later", 9_000);
+    await journal.record(shop("a"), [{ name: "pod-a-v6", uid: "u" }], "later", 9_000);
     const ids = async () => (await journal.list()).map((e) => e.entry?.containerId);
     assert.deepEqual(await ids(), ["a", "b", "c", "d"], "every owed release kept");
     const a = (await journal.list())[0].entry!;
     assert.equal(a.created, 1_000);
     assert.equal(a.lastError, "later");
     assert.deepEqual(a.claims, [{ name: "pod-a-v4" }, { name: "pod-a-v6", uid: "u" }]);
-    assert.equal(journal.isFull(), true);
+    assert.deepEqual(journal.full(shop("x")), { share: "namespace shop", owed: 4, limit: 3 });
 
     const inv = invocation(stub, { command: "ADD", stateDir: dir });
     const full = { ...inv, journal };
-    await rejectsWith(add(full), 11, /3 or more releases are owed to Milo/);
+    await rejectsWith(
+      add(full),
+      11,
+      /4 releases are owed to Milo for namespace shop \(its limit 3\)/,
+    );
     assert.equal(stub.requests.length, 0, "refused before any request");
 
     const dels = invocation(stub, { command: "DEL", stateDir: dir, containerId: "e" });
@@ -147,9 +153,73 @@ Deno.test("journal: never drops an entry past its bound; ADDs are refused while 
 
     for (const id of ["a", "b", "c"]) await journal.update(journal.pathOf(attachment(id)), null);
     assert.equal(await journal.countOwed(), 2);
-    assert.equal(journal.isFull(), false, "counting clears the flag");
+    assert.equal(journal.full(shop("x")), undefined, "counting clears the flag");
     stub.clearFaults();
     await add(full);
+  });
+});
+
+Deno.test("journal: one namespace filling its share never refuses another namespace's ADD", async () => {
+  await withTempDir(async (dir) => {
+    const w = world(dir);
+    // The node's limit, and one namespace's, at 3 entries.
+    const journal = new Journal(dir, 3, 3);
+    const evil = (command: "ADD" | "DEL", containerId: string) => ({
+      ...w.inv(command, { containerId, args: { K8S_POD_NAMESPACE: "evil" } }),
+      journal,
+    });
+    // Creates never answered in time (the network's timeouts shorter than Milo's answers):
+    // each ADD is left in doubt, and the DEL after it owes an in-doubt entry.
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    for (const id of ["e1", "e2", "e3"]) {
+      await rejectsWith(add(evil("ADD", id)), 11);
+      await del(evil("DEL", id));
+    }
+    const owed = await journal.list();
+    assert.deepEqual(owed.map((e) => [e.entry?.podNamespace, e.entry?.inDoubt]), [
+      ["evil", true],
+      ["evil", true],
+      ["evil", true],
+    ]);
+    const sent = w.stub.requests.length;
+    await rejectsWith(
+      add(evil("ADD", "e4")),
+      11,
+      /owed to Milo for namespace evil/,
+    );
+    assert.equal(w.stub.requests.length, sent, "evil's ADD refused before any request");
+    w.stub.clearFaults();
+    await add({ ...w.inv("ADD", { containerId: "shop-1" }), journal });
+    assert.equal((await journal.list()).length, 3, "no entry dropped");
+  });
+});
+
+Deno.test("journal: at the node's limit, namespaces owing an even part or more are refused, others go on", async () => {
+  await withTempDir(async (dir) => {
+    const journal = new Journal(dir, 4, 512);
+    const of = (ns: string, id: string) => ({ ...attachment(id), podNamespace: ns });
+    for (const id of ["e1", "e2", "e3"]) await journal.record(of("evil", id), [{ name: id }], "e");
+    assert.equal(journal.full(of("evil", "x")), undefined, "under both limits");
+    await journal.record(of("quiet", "q1"), [{ name: "q1" }], "e");
+    assert.deepEqual(journal.full(of("evil", "x")), { share: "namespace evil", owed: 3, limit: 2 });
+    assert.equal(journal.full(of("quiet", "x")), undefined, "under an even part: its ADDs go on");
+    assert.equal(journal.full(of("shop", "x")), undefined);
+    // Entries from before shares (no namespace, no marker) count against their network's.
+    const legacy = `${journal.dir}/pod-legacy.json`;
+    await writeAtomic(legacy, { ...attachment("old"), created: 1, claims: [], attempts: 0 });
+    await Deno.remove(`${journal.dir}/shares`, { recursive: true });
+    assert.equal(await journal.countOwed(), 5);
+    assert.deepEqual(journal.full(of("evil", "x")), { share: "namespace evil", owed: 3, limit: 1 });
+    assert.deepEqual(journal.full(attachment("x")), {
+      share: "network vpc-7b3e",
+      owed: 1,
+      limit: 1,
+    });
+    for (const e of await journal.list()) {
+      if (e.entry?.podNamespace !== "quiet") await journal.update(e.path, null);
+    }
+    assert.equal(await journal.countOwed(), 1);
+    for (const ns of ["evil", "quiet", "shop"]) assert.equal(journal.full(of(ns, "x")), undefined);
   });
 });
 

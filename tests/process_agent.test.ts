@@ -331,7 +331,15 @@ Deno.test("agent: the runtime's DEL after an ADD Milo failed gets its slots and 
   // Milo makes each create and answers 503 (Retry-After 1 s) to it, as a master's ADD meets it;
   // the master (galactic's, or libcni's runtime) then DELs the attachment at once.
   const milo = await startMiloDev({ seed: PLUGIN_SEED });
-  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, agent: true });
+  const p = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    agent: true,
+    // Short deadlines for these calls: the node lets its networks go down to them.
+    nodeConfig: {
+      timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 300, minTotalMs: 1500 },
+    },
+  });
   const conf = p.netConf({ timeouts: { requestMs: 300, totalMs: 1_500 } });
   const claimsOf = (id: string) => milo.listClaims("tenant-a", `${KEYS.containerId}=${id}`);
   try {

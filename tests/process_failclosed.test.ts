@@ -63,7 +63,15 @@ const GOOD = (create: Record<string, unknown>) =>
 async function failClosedEnv(mode: (typeof MODES)[number]) {
   let current: Handler = () => reply(500, {});
   const fake = await fakeMilo((req, seen) => current(req, seen));
-  const plugin = await installPlugin({ miloUrl: fake.url, token: TOKEN, agent: mode === "agent" });
+  const plugin = await installPlugin({
+    miloUrl: fake.url,
+    token: TOKEN,
+    agent: mode === "agent",
+    // Steps that need fast failures lower their network's timeouts: the node allows it.
+    nodeConfig: {
+      timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 500, minTotalMs: 1000 },
+    },
+  });
   const token = await Deno.readTextFile(plugin.tokenFile);
   let agentEnv: string | undefined;
   const run = async (

@@ -136,6 +136,12 @@ async function withWorld(
       cluster: CLUSTER,
       node: NODE,
       agent: mode === "agent",
+      nodeConfig: {
+        // Steps that need fast failures lower their network's timeouts: the node allows it.
+        timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 300, minTotalMs: 1000 },
+        // As the README's Galactic section grants the slot identity to the platform's NADs.
+        allowIdentities: [{ identity: "network" }],
+      },
     });
     if (mode === "agent") await plugin.startAgent();
     const bin = await installMasters(dir);

@@ -35,6 +35,10 @@ async function withEnv(
       token: TOKEN,
       caFile: milo.caFile,
       agent: mode === "agent",
+      // Steps that need fast failures lower their network's timeouts: the node allows it.
+      nodeConfig: {
+        timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 200, minTotalMs: 600 },
+      },
     });
     if (mode === "agent") await plugin.startAgent();
     await fn(milo, plugin);

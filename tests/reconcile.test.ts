@@ -4,7 +4,7 @@ import { claimName } from "../lib/claims.ts";
 import type { NodeConfig } from "../lib/config.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { Journal } from "../lib/journal.ts";
-import { stateFileOf } from "../lib/liveness.ts";
+import { containerIdOf, ENTRY_HEAD_BYTES, stateFileOf } from "../lib/liveness.ts";
 import { exitOf, reconcile, type ReconcileReport } from "../lib/reconcile.ts";
 import {
   existingClaim,
@@ -777,6 +777,41 @@ Deno.test("reconcile's journal releases only this host's claims: a clone's entry
   });
 });
 
+Deno.test("reconcile reads each cache entry's head only: a torn or fat entry keeps its container live", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    const [runtimeDir] = w.node.resultsDirs;
+    // libcni writes in place: an entry read while it is written ends anywhere after its head.
+    const torn = JSON.stringify({ kind: "cniCacheV1", containerId: "orphan", config: "e30=" });
+    await Deno.writeTextFile(`${runtimeDir}/vpc-7b3e-orphan-eth0`, torn.slice(0, -12));
+    // A config far past the bound, after the container ID, as libcni orders its fields.
+    const fat = w.lease("fat");
+    await Deno.writeTextFile(
+      `${runtimeDir}/vpc-7b3e-fat-eth0`,
+      JSON.stringify({ kind: "cniCacheV1", containerId: "fat", config: "A".repeat(4 << 20) }),
+    );
+    // Not libcni's order: the container ID past the bound; the entry's name still names it.
+    const odd = w.lease("odd");
+    await Deno.writeTextFile(
+      `${runtimeDir}/vpc-7b3e-odd-eth0`,
+      JSON.stringify({
+        kind: "cniCacheV1",
+        config: "A".repeat(ENTRY_HEAD_BYTES),
+        containerId: "x",
+      }),
+    );
+    for (let i = 0; i < 3; i++) {
+      const r = await w.run();
+      assert.deepEqual(r.errors, []);
+      for (const c of [...w.orphan, ...fat, ...odd]) {
+        assert.deepEqual(keptFor(r, c), ["live: a result cache names its container"]);
+      }
+      w.clock.t += GRACE_MS;
+    }
+    assert.equal(w.stub.seen("DELETE").length, 0);
+  });
+});
+
 /** A node whose boot id is read from `<dir>/boot_id`; `boot(id)` reboots it. */
 async function rebootable(dir: string) {
   const boot = (id: string) => Deno.writeTextFile(`${dir}/boot_id`, `${id}\n`);
@@ -824,4 +859,22 @@ Deno.test("reconcile: a record from an earlier boot whose container a cache name
       assert.ok(w.stub.get(c.metadata.name));
     }
   });
+});
+
+Deno.test("liveness: the container ID is the head's top-level containerId; values before it are skipped", () => {
+  const id = (v: unknown) => containerIdOf(JSON.stringify(v));
+  assert.equal(id({ kind: "cniCacheV1", containerId: "abc" }), "abc");
+  assert.equal(
+    id({ a: { containerId: "nested" }, b: ["}", '"{'], c: 1.5e3, d: null, containerId: "top" }),
+    "top",
+  );
+  assert.equal(containerIdOf('{ "container\\u0049d" :\n "esc" }'), "esc");
+  assert.equal(id({ containerId: 7, other: 1 }), undefined, "not a string");
+  assert.equal(id({ containerId: "" }), undefined, "empty");
+  assert.equal(id(["containerId", "x"]), undefined, "not an object");
+  assert.equal(containerIdOf("not json"), undefined);
+  assert.equal(id({ kind: "cniCacheV1" }), undefined, "none");
+  for (const head of ['{"kind":"cniCache', '{"kind":"x","containerId":"ab', '{"a":[1,{"b":"]']) {
+    assert.equal(typeof containerIdOf(head), "symbol", `${head}: read on`);
+  }
 });

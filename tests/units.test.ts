@@ -38,13 +38,13 @@ Deno.test("config: node settings and defaults; the ipam block wins for per-netwo
     classes: { ipv4: "node-default-v4", ipv6: "node-default-v6" },
     timeouts: { requestMs: 1500, totalMs: 8000 },
   });
-  const c = parseNetConf(conf({ timeouts: { requestMs: 500 } }), n, "ADD");
+  const c = parseNetConf(conf({ timeouts: { requestMs: 1200 } }), n, "ADD");
   assert.equal(n.milo.namespace, "tenant-ns");
   assert.equal(n.node, "n1");
   assert.equal(n.log.file, "/var/log/milo-ipam/milo-ipam.log");
   assert.equal(n.stateDir, "/var/lib/milo-ipam");
   assert.deepEqual(c.network.classes, { ipv4: "vpc-pods-ipv4", ipv6: "node-default-v6" });
-  assert.deepEqual(c.network.timeouts, { requestMs: 500, totalMs: 8000 });
+  assert.deepEqual(c.network.timeouts, { requestMs: 1200, totalMs: 8000 });
   assert.equal(c.network.reclaimPolicy, "Delete");
 });
 
@@ -62,6 +62,7 @@ Deno.test("config: a network config may not set node settings, unless equal to t
       [{ resultsDirs: ["/tmp"] }, "resultsDirs"],
       [{ hostIdFile: "/tmp/id" }, "hostIdFile"],
       [{ milo: { namespace: "kube-system" } }, "milo"],
+      [{ allowIdentities: [{ namespace: "evil" }] }, "allowIdentities"],
     ] as const
   ) {
     throwsCni(() => parseNetConf(conf(over), n, "ADD"), 7, new RegExp(`ipam\\.${key}.*node`));
@@ -121,11 +122,59 @@ Deno.test("host identity: the machine-id, else one made once in the state dir; a
 });
 
 Deno.test("config: a network's timeouts stay within the node's", () => {
-  const n = node({ timeouts: { requestMs: 1000, totalMs: 5000 } });
+  // The node lets its networks be as fast as 300 ms and 1 s (its floor).
+  const n = node({
+    timeouts: { requestMs: 1000, totalMs: 5000, minRequestMs: 300, minTotalMs: 1000 },
+  });
   throwsCni(() => parseNetConf(conf({ timeouts: { totalMs: 9000 } }), n, "ADD"), 7, /at most 5000/);
   throwsCni(() => parseNetConf(conf({ timeouts: { requestMs: 2000 } }), n, "ADD"), 7, /requestMs/);
   const c = parseNetConf(conf({ timeouts: { requestMs: 300, totalMs: 1000 } }), n, "ADD");
   assert.deepEqual(c.network.timeouts, { requestMs: 300, totalMs: 1000 });
+});
+
+Deno.test("config: a network's timeouts have the node's floor: 1 s and 2 s, or the node's own if lower", () => {
+  const n = node();
+  throwsCni(
+    () => parseNetConf(conf({ timeouts: { requestMs: 50 } }), n, "ADD"),
+    7,
+    /field ipam\.timeouts\.requestMs: must be at least 1000, the node's floor.*timeouts\.minRequestMs in the node config/,
+  );
+  throwsCni(
+    () => parseNetConf(conf({ timeouts: { totalMs: 1500 } }), n, "ADD"),
+    7,
+    /ipam\.timeouts\.totalMs: must be at least 2000.*timeouts\.minTotalMs/,
+  );
+  // A network config cannot lower the floor itself.
+  throwsCni(
+    () => parseNetConf(conf({ timeouts: { requestMs: 50, minRequestMs: 50 } }), n, "ADD"),
+    7,
+    /ipam\.timeouts/,
+  );
+  // Any other verb is held to the floor: a DEL releases what an ADD made before it was set.
+  for (const verb of ["DEL", "CHECK"] as const) {
+    const held = parseNetConf(conf({ timeouts: { requestMs: 50, totalMs: 100 } }), n, verb);
+    assert.deepEqual(held.network.timeouts, { requestMs: 1000, totalMs: 2000 });
+  }
+  const ok = parseNetConf(conf({ timeouts: { requestMs: 1000, totalMs: 2000 } }), n, "ADD");
+  assert.deepEqual(ok.network.timeouts, { requestMs: 1000, totalMs: 2000 });
+  // A node whose own limits are lower holds its networks to those.
+  const fast = node({ timeouts: { requestMs: 500, totalMs: 1500 } });
+  assert.deepEqual(parseNetConf(conf(), fast, "ADD").network.timeouts, {
+    requestMs: 500,
+    totalMs: 1500,
+  });
+  throwsCni(() => parseNetConf(conf({ timeouts: { requestMs: 400 } }), fast, "ADD"), 7, /500/);
+  // Root may lower the floor for its networks, and never above its own limits.
+  const lowered = node({
+    timeouts: { requestMs: 2000, totalMs: 10000, minRequestMs: 50, minTotalMs: 100 },
+  });
+  const c = parseNetConf(conf({ timeouts: { requestMs: 50, totalMs: 100 } }), lowered, "ADD");
+  assert.deepEqual(c.network.timeouts, { requestMs: 50, totalMs: 100 });
+  throwsCni(
+    () => node({ timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 2000 } }),
+    7,
+    /field timeouts: minRequestMs and minTotalMs must not exceed/,
+  );
 });
 
 Deno.test("config: errors name the field", () => {
@@ -144,6 +193,18 @@ Deno.test("config: errors name the field", () => {
   throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
   throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
   throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
+  throwsCni(
+    () => node({ allowIdentities: [{}] }),
+    7,
+    /allowIdentities.*a namespace, a network or an identity/,
+  );
+  throwsCni(() => node({ allowIdentities: [{ namespace: "A_b" }] }), 7, /DNS-1123/);
+  throwsCni(
+    () => node({ allowIdentities: [{ namespce: "db", identity: "pod" }] }),
+    7,
+    /field allowIdentities\.0: unknown key namespce; known keys: namespace, network, identity/,
+  );
+  throwsCni(() => node({ allowIdentities: [{ network: "n", identity: "x" }] }), 7, /identity/);
 });
 
 Deno.test("config: the old node config path is read, with a warning, when the default is absent", async () => {

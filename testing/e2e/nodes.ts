@@ -84,6 +84,8 @@ export async function installNode(o: NodeInstallOptions): Promise<NodeInstall> {
     stateDir: o.stateDir,
     timeouts: NODE_TIMEOUT_LIMITS,
     gc: { minAgeS: 0 },
+    // Scenario 8's db-0 keeps its address by pod identity: the node grants it to its namespace.
+    allowIdentities: [{ namespace: "shop", identity: "pod" }],
     ...(socket
       ? { agent: { socket, metrics, reconcileIntervalS: AGENT_RECONCILE_INTERVAL_S } }
       : {}),
