@@ -13,12 +13,15 @@ import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
 import { type ReconcileReport } from "../lib/reconcile.ts";
 import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
+import { nadOf, stanza, writeNad } from "../testing/galactic/chain.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
 const CLUSTER = "cluster-galactic";
 const NODE = "node-g1";
+const NS = "shop";
+const VPC = "7b3e";
 const MASTER = new URL("../testing/galactic/master.ts", import.meta.url).pathname;
 const BOOT_1 = "11111111-2222-4333-8444-555555555555";
 const BOOT_2 = "66666666-7777-4888-9999-aaaaaaaaaaaa";
@@ -35,26 +38,32 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
     token: TOKEN,
     cluster: CLUSTER,
     node: NODE,
-    nodeConfig: { bootIdFile: bootFile },
+    nodeConfig: { bootIdFile: bootFile, allowIdentities: [{ namespace: NS }] },
   });
   try {
     const bin = `${dir}/bin`;
+    const nads = `${dir}/nads`;
     await Deno.mkdir(bin);
     await Deno.writeTextFile(
       `${bin}/galactic-veth`,
-      `#!/bin/sh\nexec '${Deno.execPath()}' run --allow-all --no-config --no-lock '${MASTER}' "$@"\n`,
+      `#!/bin/sh\nexec '${Deno.execPath()}' run --allow-all --no-config --no-lock '${MASTER}' ` +
+        `--flavour galactic-veth "$@"\n`,
       { mode: 0o755 },
     );
     const ipam = plugin.netConf().ipam as Json;
-    /** A NAD per identity: one slot of a VPC each. */
-    const conf = (identity: string, att: string): Json => ({
-      cniVersion: "1.1.0",
-      name: `vpc${att}`,
-      type: "galactic-veth",
-      vpc: "vpc7b3e",
-      vpcattachment: att,
-      ipam: { ...ipam, identity },
-    });
+    /** A NAD per identity, one VPC attachment each: the master's stanza, as libcni builds it. */
+    const conf = async (identity: string, att: string): Promise<Json> => {
+      const conflist = {
+        cniVersion: "1.1.0",
+        name: `net-${att}`,
+        plugins: [
+          { type: "galactic-veth", vpc: VPC, vpcattachment: att, ipam: { ...ipam, identity } },
+          { type: "galactic-bgp", vpc: VPC, vpcattachment: att },
+        ],
+      };
+      await writeNad(nads, nadOf(NS, conflist));
+      return stanza(conflist, 0);
+    };
     const master = (command: string, cid: string, pod: string, c: Json): Promise<ExecResult> =>
       execCni(`${bin}/galactic-veth`, {
         env: {
@@ -64,10 +73,11 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
           CNI_IFNAME: "eth0",
           CNI_NETNS: `/var/run/netns/${cid}`,
           CNI_PATH: `${bin}:${plugin.dir}/bin`,
-          CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod};` +
+          CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=${NS};K8S_POD_NAME=${pod};` +
             `K8S_POD_UID=uid-${pod}`,
           GALACTIC_CNI_NODE_NAME: NODE,
           GALACTIC_CNI_LOG_FILE: `${dir}/galactic.log`,
+          GALACTIC_MASTER_TEST_NADS: nads,
         },
         stdin: c,
         timeoutMs: 20_000,
@@ -94,12 +104,14 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
     };
 
     // Boot 1: three pods on a pod-identity network, two on an attachment-identity one.
+    const byPod = await conf("pod", "a1");
+    const byAttachment = await conf("attachment", "a2");
     const pods = [
-      { pod: "db-0", c: conf("pod", "att1") },
-      { pod: "db-1", c: conf("pod", "att1") },
-      { pod: "db-2", c: conf("pod", "att1") },
-      { pod: "web-0", c: conf("attachment", "att2") },
-      { pod: "web-1", c: conf("attachment", "att2") },
+      { pod: "db-0", c: byPod },
+      { pod: "db-1", c: byPod },
+      { pod: "db-2", c: byPod },
+      { pod: "web-0", c: byAttachment },
+      { pod: "web-1", c: byAttachment },
     ].map((p) => ({ ...p, old: `old-${p.pod}`, now: `new-${p.pod}`, address: "" }));
     for (const p of pods) {
       const r = await master("ADD", p.old, p.pod, p.c);

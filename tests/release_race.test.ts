@@ -52,7 +52,8 @@ function node(dev: MiloDev, dir: string, name: string) {
       command,
       stateDir: dir,
       ...o,
-      node: { node: name, gc: { minAgeS: 0 }, ...o.node },
+      // The stable identities the Retain race uses are the node's to grant.
+      node: { node: name, gc: { minAgeS: 0 }, allowIdentities: [{ namespace: "shop" }], ...o.node },
       ipam: { classes: { ipv4: "vpc-pods-ipv4" }, ...o.ipam },
     });
 }
