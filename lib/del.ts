@@ -226,6 +226,7 @@ export async function journalUnreached(
       network: "",
       containerId: env.containerId,
       ifname: env.ifname,
+      podNamespace: env.args.K8S_POD_NAMESPACE || undefined,
     };
   } catch {
     return undefined;
