@@ -178,6 +178,39 @@ export interface SweepResults {
   /** Time to create the claims through the API. */
   seedMs: number;
   runs: SweepRun[];
+  /** Absent in reports made before it was measured. */
+  scale?: SweepScale;
+}
+
+/**
+ * The installed `milo-ipam sweep`, a dry run, against a cluster of real size
+ * whose claims Milo answers in one LIST answer (milo-dev `pagedLists: false`),
+ * every pod live.
+ */
+export interface SweepScale {
+  pods: number;
+  claims: number;
+  nodes: number;
+  /** Bytes of Milo's one LIST answer. */
+  answerBytes: number;
+  /** Time to write the claims into milo-dev's database (milo-dev's own create path). */
+  seedMs: number;
+  /** The sweep's node config `timeouts`. */
+  timeouts: { requestMs: number; totalMs: number };
+  wallMs: number;
+  /** Largest resident set of the sweep process (VmHWM), MiB. */
+  peakRssMiB: number;
+  outcome: string;
+  exitCode: number;
+  message: string;
+  /** Claims the report counted, candidates, and claims it would release. */
+  counted: number;
+  candidates: number;
+  wouldRelease: number;
+  requests: { milo: number; kubernetes: number };
+  /** /proc/loadavg when the run started and when it ended. */
+  loadBefore: string;
+  loadAfter: string;
 }
 
 /** One round of CNI calls started at once on every node of the fleet, and what Milo saw. */

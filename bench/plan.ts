@@ -28,6 +28,9 @@ export interface Plan {
   sweepClaims: number;
   sweepOrphans: number;
   sweepNodes: number;
+  /** Sweep at a real cluster's size: dual-stack pods (two claims each) in one Milo answer, nodes. */
+  sweepScalePods: number;
+  sweepScaleNodes: number;
   /** Fleet: node agents (each its own install), pods each node starts at once, idle intervals. */
   fleetNodes: number;
   fleetPods: number;
@@ -57,6 +60,8 @@ export const FULL: Plan = {
   sweepClaims: 10_000,
   sweepOrphans: 300,
   sweepNodes: 20,
+  sweepScalePods: 150_000,
+  sweepScaleNodes: 5_000,
   fleetNodes: 8,
   fleetPods: 8,
   fleetIdleIntervals: 4,
@@ -83,6 +88,8 @@ export const QUICK: Plan = {
   sweepClaims: 300,
   sweepOrphans: 20,
   sweepNodes: 3,
+  sweepScalePods: 500,
+  sweepScaleNodes: 5,
   fleetNodes: 2,
   fleetPods: 4,
   fleetIdleIntervals: 1,

@@ -7,6 +7,7 @@
 import type { NodeConfig } from "./config.ts";
 import { clip, CniError, errorText, QUOTE_CHARS, SANDBOX_ADVICE, scrubValue } from "./errors.ts";
 import { PROXY_ENV_VARS } from "./permissions.ts";
+import { type Timer, timer } from "./timers.ts";
 
 /** A token: one line of visible ASCII without inner whitespace. */
 const TOKEN_SHAPE = /^[\x21-\x7e]+$/;
@@ -174,6 +175,54 @@ async function readCapped(
     at += c.byteLength;
   }
   return new TextDecoder().decode(all);
+}
+
+/** The signal of one request whose answer is read as a stream; see {@link streamSignal}. */
+export interface StreamSignal {
+  signal: AbortSignal;
+  /** The answer moved: its head, or a chunk of its body, arrived. */
+  moved(): void;
+  /** The request is done: no more timeouts. */
+  stop(): void;
+}
+
+/**
+ * The signal of one request whose answer is read as a stream (a LIST, which
+ * may be a whole tenant in one answer): it aborts with a TimeoutError when
+ * the answer's head has not come within `headMs`, or once it has, when
+ * `idleMs` pass without a chunk of its body; and at `deadlineMs` from now
+ * whatever the answer does. A large answer that keeps coming is read to its
+ * end; a server that stalls mid-answer is given up on as fast as a request
+ * that is not answered.
+ */
+export function streamSignal(idleMs: number, deadlineMs: number, headMs = idleMs): StreamSignal {
+  const idle = new AbortController();
+  let last = performance.now(), limit = headMs, t: Timer | undefined, stopped = false;
+  const arm = (ms: number) => {
+    t = timer(ms);
+    t.done.then(() => {
+      const quiet = performance.now() - last;
+      if (stopped) return;
+      if (quiet >= limit) {
+        idle.abort(new DOMException("no answer within the request timeout", "TimeoutError"));
+      } else arm(limit - quiet);
+    });
+  };
+  arm(headMs);
+  return {
+    signal: AbortSignal.any([idle.signal, AbortSignal.timeout(Math.max(0, deadlineMs))]),
+    moved: () => {
+      last = performance.now();
+      if (limit === idleMs || stopped) return;
+      limit = idleMs;
+      t?.cancel();
+      arm(idleMs);
+    },
+    stop: () => {
+      stopped = true;
+      t?.cancel();
+    },
+  };
 }
 
 /** Parses `Retry-After` (seconds or HTTP date) into milliseconds. */

@@ -2,11 +2,13 @@
  * A read-only Kubernetes API client for `milo-ipam sweep`: list the pods of
  * all namespaces, list the nodes, get one pod. Plain `fetch`, TLS always
  * verified, every answer validated (only the fields the sweep reads), bounded
- * like the Milo client: a body cap, a page cap, a bound of each list across
- * its pages ({@link POD_LIST_BOUND}, {@link NODE_LIST_BOUND}), request
- * timeouts and a few jittered retries for 429/5xx and connection errors. Of
- * each page only what the sweep reads is kept ({@link KubePod}, a node's
- * name) before the next one is fetched.
+ * like the Milo client: a body cap, a page cap, a bound of what each list
+ * keeps across its pages ({@link POD_LIST_BOUND}, {@link NODE_LIST_BOUND}),
+ * request timeouts and a few jittered retries for 429/5xx and connection
+ * errors. A list page is read as a stream, item by item (lib/list_stream.ts),
+ * and of each item only what the sweep reads is kept ({@link KubePod}, a
+ * node's name and readiness): one tenant's oversized objects (a pod may carry
+ * 256 KiB of annotations) cost one item's read, never the page's.
  */
 import * as z from "zod/mini";
 import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
@@ -19,8 +21,10 @@ import {
   parseJson,
   readAnswer,
   retryAfterMs,
+  streamSignal,
 } from "./http.ts";
-import { type ListBound, ListTally, utf8Length } from "./list_bound.ts";
+import { keptSize, type ListBound, ListTally } from "./list_bound.ts";
+import { readList } from "./list_stream.ts";
 import { quotedText, statusReason } from "./milo_objects.ts";
 import { after } from "./timers.ts";
 
@@ -28,21 +32,22 @@ import { after } from "./timers.ts";
 export const MIRROR_ANNOTATION = "kubernetes.io/config.mirror";
 
 /**
- * What one pod list may add up to across its pages: 2 GiB of answers and
- * 250,000 pods; more is a protocol error (a brake of the sweep) naming it. A
- * pod is some 4 to 15 KB on the wire (spec, status, managedFields), so 2 GiB
- * holds Kubernetes' largest supported cluster (150,000 pods) with room, and
- * 250,000 is all the pages (1,000) of the default page size (250) hold. What
- * the sweep keeps of a pod is a few short strings ({@link KubePod}, about 260
- * bytes of heap), so the item bound is what bounds its memory (some 65 MB).
+ * What one pod list may keep across its pages: 250,000 pods and 128 MiB of
+ * them as kept ({@link KubePod}, about 270 bytes a pod by lib/list_bound.ts's
+ * estimate); more is a protocol error (a brake of the sweep) naming it.
+ * Kubernetes supports 150,000 pods per cluster, and 250,000 is all the pages
+ * (1,000) of the default page size (250) hold.
  */
-export const POD_LIST_BOUND: ListBound = { bytes: 2 * 1024 ** 3, items: 250_000 };
+export const POD_LIST_BOUND: ListBound = { bytes: 128 * 1024 ** 2, items: 250_000 };
+/** What the node list may keep: 25,000 nodes (Kubernetes supports 5,000), 16 MiB. */
+export const NODE_LIST_BOUND: ListBound = { bytes: 16 * 1024 ** 2, items: 25_000 };
 /**
- * What the node list may add up to across its pages: 1 GiB and 25,000 nodes
- * (a Node is some 5 to 50 KB on the wire, its status listing its images;
- * Kubernetes supports 5,000 nodes per cluster). Only the names are kept.
+ * Largest object in a list answer (8 MiB of JSON): the API server refuses a
+ * request body over 3 MiB (`MaxRequestBodyBytes`, k8s.io/apiserver
+ * `pkg/server/config.go`) and etcd a value over 1.5 MiB, so no object it
+ * stores comes near it.
  */
-export const NODE_LIST_BOUND: ListBound = { bytes: 1024 ** 3, items: 25_000 };
+export const MAX_OBJECT_BYTES = 8 * 1024 ** 2;
 
 const str = z.string();
 const opt = z.optional(z.string());
@@ -62,13 +67,7 @@ const NodeSchema = z.object({
     conditions: z.optional(z.nullable(z.array(z.object({ type: str, status: str })))),
   })),
 });
-const listOf = <T extends z.ZodMiniType>(item: T) =>
-  z.object({
-    items: z.nullable(z.array(item)),
-    metadata: z.optional(z.object({ continue: opt })),
-  });
-const PodListSchema = listOf(PodSchema);
-const NodeListSchema = listOf(NodeSchema);
+const ListHeadSchema = z.object({ metadata: z.optional(z.object({ continue: opt })) });
 const StatusSchema = z.object({
   kind: z.literal("Status"),
   message: z.optional(quotedText),
@@ -116,8 +115,10 @@ export interface KubeOptions {
   pageLimit?: number;
   /** Most pages one list follows; default 1000. */
   maxPages?: number;
-  /** Largest body read; default 32 MiB. */
+  /** Largest body read (a pod, an error); default 32 MiB. */
   maxBodyBytes?: number;
+  /** Largest item of a list answer, read as a stream; default {@link MAX_OBJECT_BYTES}. */
+  maxItemBytes?: number;
   /** Bound of the pod list across its pages; default {@link POD_LIST_BOUND}. */
   podListBound?: ListBound;
   /** Bound of the node list across its pages; default {@link NODE_LIST_BOUND}. */
@@ -151,6 +152,7 @@ export class KubeClient {
       pageLimit: 250,
       maxPages: 1_000,
       maxBodyBytes: 32 * 1024 * 1024,
+      maxItemBytes: MAX_OBJECT_BYTES,
       podListBound: POD_LIST_BOUND,
       nodeListBound: NODE_LIST_BOUND,
       ...o,
@@ -185,13 +187,13 @@ export class KubeClient {
   /** Every pod of every namespace, following `continue` pages (bounded: {@link POD_LIST_BOUND}). */
   listPods(): Promise<KubePod[]> {
     const bound = this.#o.podListBound;
-    return this.#list("pods", PodListSchema, "PodList", bound, "POD_LIST_BOUND", podOf);
+    return this.#list("pods", PodSchema, "PodList", bound, "POD_LIST_BOUND", podOf);
   }
 
   /** Every node, following `continue` pages (bounded: {@link NODE_LIST_BOUND}). */
   listNodes(): Promise<KubeNode[]> {
     const bound = this.#o.nodeListBound;
-    return this.#list("nodes", NodeListSchema, "NodeList", bound, "NODE_LIST_BOUND", nodeOf);
+    return this.#list("nodes", NodeSchema, "NodeList", bound, "NODE_LIST_BOUND", nodeOf);
   }
 
   /** The pod `namespace/name`, or null on the API server's own 404 NotFound for it. */
@@ -205,17 +207,19 @@ export class KubeClient {
     }
     const path = `/api/v1/namespaces/${namespace}/pods/${name}`;
     const got = await this.#get(path, Date.now() + this.#o.operationMs, name);
-    return got === null ? null : podOf(parseAs(PodSchema, got.body, "Pod"));
+    return got === null ? null : podOf(parseAs(PodSchema, got, "Pod"));
   }
 
   /**
-   * A list over all its pages, bounded across them by `bound` (named
-   * `boundName` in errors); of each page only `keep` of each item is kept,
-   * before the next page is fetched.
+   * A list over all its pages (the API server answers at most `limit` items
+   * and a `continue` token: k8s.io/apiserver `pkg/storage/etcd3/store.go`,
+   * `GetList`), each read as a stream and bounded across them by `bound`
+   * (named `boundName` in errors); of each item only `keep` of it is kept. A
+   * page's items are added once it is read whole: a failed page is asked again.
    */
   async #list<I, T>(
     resource: string,
-    schema: z.ZodMiniType<{ items: I[] | null; metadata?: { continue?: string } }>,
+    schema: z.ZodMiniType<I>,
     kind: string,
     bound: ListBound,
     boundName: string,
@@ -231,27 +235,38 @@ export class KubeClient {
     for (let page = 0; page < this.#o.maxPages; page++) {
       const q = `?limit=${this.#o.pageLimit}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
-      const got = (await this.#get(`/api/v1/${resource}${q}`, deadline))!;
-      tally.page(got.bytes);
-      const list = parseAs(schema, got.body, kind);
-      const items = list.items ?? [];
-      tally.items(items.length);
-      for (const item of items) out.push(keep(item));
-      token = list.metadata?.continue || undefined;
+      let items: T[] = [], head: unknown;
+      await this.#get(`/api/v1/${resource}${q}`, deadline, undefined, async (body, moved) => {
+        items = [];
+        head = await readList(body, {
+          what: `the Kubernetes ${kind}`,
+          maxItemBytes: this.#o.maxItemBytes,
+          onChunk: moved,
+          item: (item) => {
+            const kept = keep(parseAs(schema, item, `${kind} item`));
+            tally.keep(keptSize(kept));
+            items.push(kept);
+          },
+        });
+      });
+      for (const item of items) out.push(item);
+      token = parseAs(ListHeadSchema, head, kind).metadata?.continue || undefined;
       if (!token) return out;
     }
     throw new CniError("protocol", `the ${kind} did not end within ${this.#o.maxPages} pages`);
   }
 
   /**
-   * One GET with retries: the 200's JSON body and its size in bytes;
-   * `notFound` names the object whose NotFound answers null.
+   * One GET with retries: the 200's JSON body (or, with `stream`, the 200's
+   * body read by it: a list page); `notFound` names the object whose
+   * NotFound answers null.
    */
   async #get(
     path: string,
     deadline: number,
     notFound?: string,
-  ): Promise<{ body: unknown; bytes: number } | null> {
+    stream?: (body: ReadableStream<Uint8Array>, moved: () => void) => Promise<void>,
+  ): Promise<unknown | null> {
     const o = this.#o;
     const what = `GET ${path.replace(/\?.*$/, "")}`;
     let last = "no attempt made";
@@ -263,16 +278,22 @@ export class KubeClient {
       let wait = Math.round(ceiling / 2 + o.random() * ceiling / 2);
       this.#requests++;
       attempts++;
+      const watch = stream ? streamSignal(o.requestMs, remaining) : undefined;
       try {
         const res = await o.fetch(o.server + path, {
           headers: this.#headers(),
           redirect: "manual",
-          signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          signal: watch?.signal ?? AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
+        if (stream && res.status === 200 && res.body) {
+          watch!.moved();
+          await stream(res.body, watch!.moved);
+          return null;
+        }
         const text = await readAnswer(res, o.maxBodyBytes, what, "the Kubernetes API");
         const body = parseJson(text);
-        if (res.status === 200) return { body, bytes: utf8Length(text) };
+        if (res.status === 200) return body;
         const st = StatusSchema.safeParse(body).data;
         const isNotFound = st?.reason === "NotFound" && st.details?.name === notFound;
         if (res.status === 404 && notFound !== undefined && isNotFound) return null;
@@ -291,6 +312,8 @@ export class KubeClient {
         last = isTimeout(err)
           ? `request timed out after ${Math.round(Math.min(o.requestMs, remaining))} ms`
           : errorText(err);
+      } finally {
+        watch?.stop();
       }
       if (attempt === MAX_ATTEMPTS || Date.now() + wait >= deadline) break;
       await o.sleep(wait);

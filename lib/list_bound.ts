@@ -1,20 +1,18 @@
 /**
- * The total bound of one paginated LIST (Milo's claims, the Kubernetes pods
- * and nodes). A page is already capped in size and the pages in number; this
- * caps what the whole list may add up to, across its pages, so a server that
- * keeps answering full pages with a `continue` token ends the list with a
- * protocol error naming the bound instead of growing the process. The callers
- * keep only the few fields they read of each page (the rest is dropped before
- * the next page is fetched), so what a list holds is at most the kept part of
- * the bytes counted here.
+ * The bound of one LIST (Milo's claims, the Kubernetes pods and nodes) by
+ * what the process holds of it: the items kept and their estimated size in
+ * memory, summed over the pages. The answers themselves are read as a stream
+ * (lib/list_stream.ts) and never held whole, so their size on the wire costs
+ * nothing and is not bounded; a list too large for the process to hold ends
+ * with a protocol error naming the bound instead of growing the process.
  */
 import { CniError } from "./errors.ts";
 
-/** What one LIST may add up to across all its pages. */
+/** What one LIST may keep across all its pages. */
 export interface ListBound {
-  /** Bytes of the answers' bodies, summed over the pages (as read, before parsing). */
+  /** Estimated memory of the items kept ({@link keptSize}), summed over the pages. */
   bytes: number;
-  /** Items, summed over the pages. */
+  /** Items kept, summed over the pages. */
   items: number;
 }
 
@@ -26,33 +24,34 @@ export function formatBytes(n: number): string {
   return `${n} bytes`;
 }
 
-/** The UTF-8 length of a text, without encoding it. */
-export function utf8Length(text: string): number {
-  let n = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x80) n += 1;
-    else if (c < 0x800) n += 2;
-    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < text.length) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d < 0xe000) {
-        n += 4;
-        i++;
-      } else n += 3;
-    } else n += 3;
+/**
+ * The memory a kept value takes, estimated as V8 lays it out: a string its
+ * header and one byte a character (two beyond Latin-1), an object or array
+ * its header and a slot per entry, a number or boolean a slot.
+ */
+export function keptSize(v: unknown): number {
+  if (typeof v === "string") {
+    // deno-lint-ignore no-control-regex
+    return 16 + (/[^\x00-\xff]/.test(v) ? 2 * v.length : v.length);
   }
+  if (v === null || typeof v !== "object") return 8;
+  let n = 24;
+  if (Array.isArray(v)) {
+    for (const x of v) n += 8 + keptSize(x);
+    return n;
+  }
+  for (const k in v) n += 16 + keptSize((v as Record<string, unknown>)[k]);
   return n;
 }
 
 /**
- * Adds up one LIST's pages against its {@link ListBound}: {@link page} as each
- * page is read, {@link items} before its items are kept. Past a bound, a
- * protocol error (105) names it, its constant and how far the list got.
+ * Adds up what one LIST keeps against its {@link ListBound}, item by item
+ * ({@link keep}) before each is kept. Past a bound, a protocol error (105)
+ * names it, its constant and how far the list got.
  */
 export class ListTally {
   #bytes = 0;
   #items = 0;
-  #pages = 0;
 
   /**
    * @param what the list, as errors name it (`Milo's IPClaimList`)
@@ -65,47 +64,26 @@ export class ListTally {
     readonly names: { bytes: string; items: string },
   ) {}
 
-  /** Bytes the list may still read. */
-  get bytesLeft(): number {
-    return this.bound.bytes - this.#bytes;
-  }
-
-  /** Counts a page of `bytes` bytes, as it is read. */
-  page(bytes: number): void {
-    this.#pages++;
+  /** Counts an item of `bytes` ({@link keptSize}) before it is kept. */
+  keep(bytes: number): void {
+    this.#items++;
     this.#bytes += bytes;
-    if (this.#bytes > this.bound.bytes) throw this.#overBytes();
-  }
-
-  /** Counts `n` items of the page just counted, before they are kept. */
-  items(n: number): void {
-    this.#items += n;
     if (this.#items > this.bound.items) {
       throw this.#over(
-        `more than ${this.bound.items.toLocaleString("en-US")} items across its pages`,
+        `more than ${this.bound.items.toLocaleString("en-US")} items kept`,
         this.names.items,
       );
     }
-  }
-
-  /** The error of a page cut because it would pass the byte bound (it counts as read). */
-  overflow(): CniError {
-    this.#pages++;
-    return this.#overBytes();
-  }
-
-  #overBytes(): CniError {
-    return this.#over(
-      `more than ${formatBytes(this.bound.bytes)} across its pages`,
-      this.names.bytes,
-    );
+    if (this.#bytes > this.bound.bytes) {
+      throw this.#over(`more than ${formatBytes(this.bound.bytes)} kept`, this.names.bytes);
+    }
   }
 
   #over(what: string, name: string): CniError {
     return new CniError(
       "protocol",
-      `${this.what} exceeds its list bound: ${what} (${name})`,
-      `cut after ${this.#pages} page(s): ${this.#bytes} bytes, ${this.#items} items`,
+      `${this.what} exceeds what this process holds of a list: ${what} (${name})`,
+      `cut after ${this.#items} items, ${this.#bytes} bytes kept`,
     );
   }
 }

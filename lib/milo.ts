@@ -13,17 +13,16 @@ import {
   readAnswer,
   readToken,
   retryAfterMs,
+  streamSignal,
 } from "./http.ts";
 import {
   API_PATH,
+  claimListTally,
   type IPClaim,
-  IPClaimListSchema,
+  IPClaimListHeadSchema,
   IPClaimSchema,
   IPClassListSchema,
   MAX_BODY_BYTES,
-  MAX_LIST_BYTES,
-  MAX_LIST_ITEMS,
-  MAX_PAGE_BYTES,
   MAX_PAGES,
   PAGE_LIMIT,
   parse,
@@ -33,7 +32,8 @@ import {
 } from "./milo_objects.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
-import { ListTally, utf8Length } from "./list_bound.ts";
+import { keptSize } from "./list_bound.ts";
+import { readList } from "./list_stream.ts";
 import { after } from "./timers.ts";
 
 export { API_PATH, MAX_LIST_BYTES, MAX_LIST_ITEMS } from "./milo_objects.ts";
@@ -46,8 +46,11 @@ const BACKOFF_CAP_MS = 1_000;
 /** Less of the deadline than this left: no request is sent (it could not be answered). */
 const MIN_SEND_MS = 50;
 
-/** An accepted answer: its status, its JSON body, its `Date` and its body's size in bytes. */
-type Answer = { status: number; body: unknown; date: number; bytes: number };
+/** An accepted answer: its status, its JSON body (none when streamed) and its `Date`. */
+type Answer = { status: number; body: unknown; date: number };
+
+/** Reads a 200's body as a stream; `moved` is called as it arrives. */
+type StreamRead = (body: ReadableStream<Uint8Array>, moved: () => void) => Promise<void>;
 
 /** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
 export interface ClaimList {
@@ -252,40 +255,52 @@ export class MiloClient {
   }
 
   /** LISTs claims matching a label selector, following `continue` pages. */
-  async listClaims(labelSelector: string, pageBytes?: number): Promise<IPClaim[]> {
-    return (await this.listClaimsAt(labelSelector, pageBytes)).items;
+  async listClaims(labelSelector: string): Promise<IPClaim[]> {
+    return (await this.listClaimsAt(labelSelector)).items;
   }
 
   /**
-   * {@link listClaims}, with Milo's clock at its first page. The list is
-   * bounded across its pages ({@link MAX_LIST_BYTES}, {@link MAX_LIST_ITEMS}),
-   * and each page is cut to the fields kept before the next one is fetched.
-   * One answer may hold up to `pageBytes` ({@link MAX_PAGE_BYTES}; at most
-   * what is left of the list's bound): Milo may answer the whole list at once.
+   * {@link listClaims}, with Milo's clock at its first page; the claims kept
+   * are bounded across the pages ({@link claimListTally}).
    */
-  async listClaimsAt(labelSelector: string, pageBytes = MAX_PAGE_BYTES): Promise<ClaimList> {
-    const out: ClaimList = { items: [], serverTime: NaN };
-    const tally = new ListTally(
-      "Milo's IPClaimList",
-      { bytes: MAX_LIST_BYTES, items: MAX_LIST_ITEMS },
-      { bytes: "MAX_LIST_BYTES", items: "MAX_LIST_ITEMS" },
-    );
-    let token: string | undefined;
+  async listClaimsAt(labelSelector: string): Promise<ClaimList> {
+    const items: IPClaim[] = [], tally = claimListTally("Milo's IPClaimList");
+    const serverTime = await this.scanClaims(labelSelector, (c) => {
+      tally.keep(keptSize(c));
+      items.push(c);
+    });
+    return { items, serverTime };
+  }
+
+  /**
+   * LISTs claims matching a label selector, following `continue` pages, each
+   * answer read as a stream (Milo answers a whole tenant at once): `visit`
+   * gets each claim (as {@link IPClaimSchema} keeps it) as it is read. Answers
+   * Milo's clock at the first page (NaN without a `Date`). An answer that
+   * breaks off after some claims were visited fails (it is not asked again).
+   */
+  async scanClaims(labelSelector: string, visit: (claim: IPClaim) => void): Promise<number> {
+    let serverTime = NaN, token: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
-      const left = tally.bytesLeft;
-      const read = pageBytes < left
-        ? { max: pageBytes }
-        : { max: left, overflow: () => tally.overflow() };
+      let head: unknown, n = 0;
+      const read: StreamRead = async (body, moved) => {
+        head = await readList(body, {
+          what: "Milo's IPClaimList",
+          maxItemBytes: MAX_BODY_BYTES,
+          onChunk: moved,
+          item: (item) => void (n++, visit(parse(IPClaimSchema, item, "IPClaimList item"))),
+        }).catch((err) => {
+          if (!n || err instanceof CniError) throw err;
+          const why = `Milo's IPClaimList broke off after ${n} claims`;
+          throw new CniError("transient", why, errorText(err));
+        });
+      };
       const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200], undefined, read);
-      tally.page(a.bytes);
-      const list = parse(IPClaimListSchema, a.body, "IPClaimList");
-      tally.items(list.items.length);
-      if (page === 0) out.serverTime = a.date;
-      for (const c of list.items) out.items.push(c);
-      token = list.metadata?.continue;
-      if (!token) return out;
+      if (page === 0) serverTime = a.date;
+      token = parse(IPClaimListHeadSchema, head, "IPClaimList").metadata?.continue;
+      if (!token) return serverTime;
     }
     throw new CniError("protocol", `Milo's IPClaimList did not end within ${MAX_PAGES} pages`);
   }
@@ -319,7 +334,7 @@ export class MiloClient {
     body: unknown,
     accept: number[],
     name?: string,
-    read: { max: number; overflow?: () => CniError } = { max: MAX_BODY_BYTES },
+    stream?: StreamRead,
   ): Promise<Answer> {
     const o = this.#o;
     const url = o.baseUrl + path;
@@ -354,18 +369,27 @@ export class MiloClient {
       attempts++;
       let status: number | "error" = "error";
       let hinted: number | undefined;
+      // Milo answers a LIST whole (a tenant's scan): it may take until the deadline to start,
+      // and then must keep coming.
+      const watch = stream ? streamSignal(o.requestMs, remaining, remaining) : undefined;
       try {
         const res = await this.#fetch(url, {
           method,
           headers,
           body: body === undefined ? undefined : JSON.stringify(body),
           redirect: "manual",
-          signal: AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          signal: watch?.signal ?? AbortSignal.timeout(Math.min(o.requestMs, remaining)),
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
         hinted = retryAfterMs(res.headers.get("retry-after"));
-        const text = await readAnswer(res, read.max, what, "Milo", read.overflow);
+        const date = Date.parse(res.headers.get("date") ?? "");
+        if (stream && res.status === 200 && res.body) {
+          watch!.moved();
+          await stream(res.body, watch!.moved);
+          return { status: 200, body: undefined, date };
+        }
+        const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status)) {
@@ -376,12 +400,7 @@ export class MiloClient {
               `is milo.url the Milo API base? ${st?.message ?? clip(text, QUOTE_CHARS)}`,
             );
           }
-          return {
-            status: res.status,
-            body: json,
-            date: Date.parse(res.headers.get("date") ?? ""),
-            bytes: utf8Length(text),
-          };
+          return { status: res.status, body: json, date };
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
@@ -395,6 +414,7 @@ export class MiloClient {
         const failure = miloFetchFailure(err, method, url, Math.min(o.requestMs, remaining));
         last = answered ? `${answered}; then ${failure}` : failure;
       } finally {
+        watch?.stop();
         slot?.done({ status, retryAfterMs: hinted });
         if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
         o.onRequest?.({ method, status, attempt });

@@ -7,43 +7,50 @@
 import * as z from "zod/mini";
 import { PREFIX } from "./claims.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
+import { type ListBound, ListTally } from "./list_bound.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
 
-/** Largest Milo response body read; a bigger one is a protocol error. */
-export const MAX_BODY_BYTES = 1024 * 1024;
-/** Page size of LIST requests. */
-export const PAGE_LIMIT = 500;
 /**
- * Largest LIST answer a node reads (4 MiB: some 2,000 claims, a node's many
- * times over). Milo's Postgres store ignores `limit` and `continue`
- * (`GetList`, `internal/storage/postgres/store.go`): a LIST answers every
- * matching claim at once, so an answer is bounded as a list, not as an object.
- * The cluster sweep reads its answer up to {@link MAX_LIST_BYTES}.
+ * Largest Milo response body read (1 MiB), and the largest claim in a LIST
+ * answer; a bigger one is a protocol error.
  */
-export const MAX_PAGE_BYTES = 4 * 1024 * 1024;
+export const MAX_BODY_BYTES = 1024 * 1024;
+/**
+ * Page size of LIST requests. Milo's Postgres store ignores `limit` and
+ * `continue` (`GetList`, `internal/storage/postgres/store.go`): a LIST answers
+ * every matching claim at once, read as a stream (lib/list_stream.ts).
+ */
+export const PAGE_LIMIT = 500;
 /** Most pages one LIST follows. */
 export const MAX_PAGES = 1_000;
 
 /**
- * Most bytes one claim LIST may read across all its pages (64 MiB); more is a
- * protocol error (105) naming this bound. A claim as milo-ipam writes it is
- * 1.5 to 2 KB on the wire, so this holds some 35,000 to 45,000 claims: a
- * node's lists (GC, reconcile: a few hundred claims at most) a hundred times
- * over, and the sweep's list of a whole cluster of some 20,000 dual-stack pods.
- * Only the fields read are kept of each page ({@link IPClaimSchema}), about
- * 1.3 KB of heap a claim: a list cut at this bound holds some 50 MB, and an
- * exec'd GC peaks at about 125 MB resident (a node agent's limit is 256 MiB).
+ * Most memory the claims one LIST keeps may take (64 MiB, as
+ * lib/list_bound.ts's `keptSize` estimates it); more is a protocol error (105)
+ * naming this bound. Only the fields read are kept of each claim
+ * ({@link IPClaimSchema}): 1.3 KB of heap as milo-ipam writes them, estimated
+ * at 1.8 KB, so some 37,000 claims and under 50 MB: a node's lists (GC,
+ * reconcile: a few hundred claims at most) a hundred times over, well within
+ * a node agent's 256 MiB. The cluster sweep keeps only its candidates of the
+ * cluster's list (lib/sweep.ts).
  */
 export const MAX_LIST_BYTES = 64 * 1024 * 1024;
 /**
- * Most claims one LIST may hold across all its pages (200,000); more is a
- * protocol error (105) naming this bound. Real claims reach
- * {@link MAX_LIST_BYTES} first; this bounds a list of tiny items, whose cost
- * is their number.
+ * Most claims one LIST may keep (200,000); more is a protocol error (105)
+ * naming this bound. Real claims reach {@link MAX_LIST_BYTES} first; this
+ * bounds a list of tiny items, whose cost is their number.
  */
 export const MAX_LIST_ITEMS = 200_000;
+
+/** What `what` keeps of a claim LIST, against {@link MAX_LIST_BYTES} and {@link MAX_LIST_ITEMS}. */
+export function claimListTally(what: string, bound?: ListBound): ListTally {
+  return new ListTally(what, bound ?? { bytes: MAX_LIST_BYTES, items: MAX_LIST_ITEMS }, {
+    bytes: "MAX_LIST_BYTES",
+    items: "MAX_LIST_ITEMS",
+  });
+}
 
 /**
  * A text of an answer that errors may quote (a Status message or reason, a
@@ -116,9 +123,8 @@ export const IPClaimSchema = z.object({
 /** A validated IPClaim. */
 export type IPClaim = z.infer<typeof IPClaimSchema>;
 
-/** An IPClaimList page: its claims as {@link IPClaimSchema} keeps them, and its `continue`. */
-export const IPClaimListSchema = z.object({
-  items: z.array(IPClaimSchema),
+/** What an IPClaimList answer holds besides its items: its `continue`. */
+export const IPClaimListHeadSchema = z.object({
   metadata: z.optional(z.object({ continue: z.optional(z.string()) })),
 });
 /** An IPClassList. */

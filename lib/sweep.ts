@@ -3,25 +3,28 @@
  * claims of one cluster with that cluster's Kubernetes API and releases the
  * leases whose pods are gone (by pod UID, never by name).
  *
- * A claim is a candidate when it records a pod UID and no pod (or mirror pod)
- * with that UID exists, or the node it records is not in the node list. A
- * candidate is released only when it was a candidate in two observations at
- * least `interval` apart, its pod was absent from both pod lists, it is older
- * than `grace` and older than the run, and just before the DELETE a fresh GET
- * of the pod by namespace/name shows it gone (or with another UID) and a fresh
- * GET of the claim shows the same uid (the DELETE carries it as a
- * precondition). Brakes (an empty pod or node list while the cluster has
- * claims, any list error, more candidates than `maxRelease`) stop the run
- * before anything is released. A claim whose pod may be a static pod of a
- * node that still exists (named `<name>-<node>`, its mirror pod missing) is
- * left to that node's reconcile.
+ * An observation lists the pods and nodes, then reads Milo's claims of the
+ * cluster as a stream, judging each as it comes and keeping only the
+ * candidates: a claim that records a pod UID no pod (or mirror pod) has, or a
+ * node the node list lacks. A candidate is released only when it was one in
+ * two observations at least `interval` apart, its pod absent from both pod
+ * lists (the second taken after the first claim list showed the claim, and a
+ * pod precedes its claims), it is older than `grace` and older than the run,
+ * and just before the DELETE a fresh GET of the pod by namespace/name shows it
+ * gone (or with another UID) and a fresh GET of the claim shows the same uid.
+ * Brakes (an empty pod or node list while the cluster has claims, any list
+ * error, the claims of more pods to release than `maxRelease`) stop the run
+ * before anything is released. Pods that may still run without their API
+ * object (on a node that is not Ready; a static pod without its mirror) are
+ * left to their node's reconcile, also when the API does not know the
+ * claim's node (lib/sweep_rules.ts).
  */
 import { clusterSelector, holderOf } from "./claims.ts";
-import { DNS1123_LABEL, DNS1123_SUBDOMAIN } from "./config.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
+import { keptSize, type ListBound } from "./list_bound.ts";
 import type { MiloClient, Release } from "./milo.ts";
-import { type IPClaim, MAX_LIST_BYTES } from "./milo_objects.ts";
+import { claimListTally, type IPClaim } from "./milo_objects.ts";
 import {
   type Action,
   emptyReport,
@@ -32,6 +35,7 @@ import {
   type SweepReport,
   type SweepRow,
 } from "./sweep_report.ts";
+import { type Judged, knownNode, mayStillRun, type NodeView, podRef } from "./sweep_rules.ts";
 import { after } from "./timers.ts";
 
 /** Everything one run needs. */
@@ -49,25 +53,37 @@ export interface SweepOptions {
   sleep?: (ms: number) => Promise<void>;
   /** Candidates re-checked at once; default 8. */
   concurrency?: number;
+  /** What an observation may keep of its candidates; default {@link claimListTally}'s. */
+  candidateBound?: ListBound;
 }
 
-interface Candidate {
-  claim: IPClaim;
+/**
+ * A `P%` `--max-release` never allows fewer pods than this, so a small
+ * cluster's ordinary losses (a node, a few pods) never trip it.
+ */
+export const MAX_RELEASE_FLOOR = 10;
+
+/** What the sweep keeps of a candidate claim. */
+interface Candidate extends Judged {
+  name: string;
+  uid?: string;
+  created: number;
+  address: string | null;
   podUid: string;
   reason: Reason;
-  podExists: boolean;
 }
 
-interface Observation {
+interface Observation extends NodeView {
   at: number;
-  claims: Map<string, IPClaim>;
+  claims: number;
   foreign: number;
   withoutPodUid: number;
   pods: number;
-  nodes: number;
-  /** Nodes whose `Ready` condition is not `True` (unreachable, or failing). */
-  notReady: Set<string>;
   candidates: Map<string, Candidate>;
+  /** Candidates of the previous observation that this one's claim list held. */
+  seen: Set<string>;
+  /** Pods with claims: live ones the claims record, and the pod UIDs of candidates. */
+  claimedPods: number;
 }
 
 /** A safety brake: the run stops and releases nothing. */
@@ -93,18 +109,21 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
     let second = first;
     if (first.candidates.size) {
       await (o.sleep ?? after)(o.intervalMs);
-      second = await observe(o, now, report);
+      second = await observe(o, now, report, first);
     }
     const pending = decide(o, start, first, second, report);
-    const limit = limitOf(o.maxRelease, second.claims.size);
+    const pods = new Set(pending.map((p) => p.c.podUid)).size;
+    const limit = limitOf(o.maxRelease, second.claimedPods);
+    Object.assign(report.totals, { pods: second.claimedPods, podsToRelease: pods });
     report.settings.maxReleaseLimit = limit;
-    if (second.candidates.size > limit) {
+    if (pods > limit) {
       throw new Brake(
-        `${second.candidates.size} candidates exceed --max-release ` +
-          `${formatMaxRelease(o.maxRelease)} (${limit} of ${second.claims.size} claims)`,
+        `the claims of ${pods} pods would be released, more than --max-release ` +
+          `${formatMaxRelease(o.maxRelease)} allows (${limit} of the ${second.claimedPods} ` +
+          "pods with claims)",
       );
     }
-    await inPool(pending, o.concurrency ?? 8, (p) => recheck(o, p.row, p.claim));
+    await inPool(pending, o.concurrency ?? 8, (p) => recheck(o, p.row, p.c));
   } catch (err) {
     if (!(err instanceof Brake)) throw err;
     for (const r of report.rows) {
@@ -126,9 +145,12 @@ function totalKey(a: Action): "released" | "wouldRelease" | "kept" | "failed" {
   return a === "would-release" ? "wouldRelease" : a;
 }
 
-/** The most candidates a run may have. */
-export function limitOf(m: MaxRelease, claims: number): number {
-  return "count" in m ? m.count : Math.floor(m.percent * claims / 100);
+/**
+ * The most pods whose claims a run may release: `N`, or `P%` of the pods
+ * with claims but never fewer than {@link MAX_RELEASE_FLOOR}.
+ */
+export function limitOf(m: MaxRelease, pods: number): number {
+  return "count" in m ? m.count : Math.max(MAX_RELEASE_FLOOR, Math.floor(m.percent * pods / 100));
 }
 
 async function listed<T>(what: string, list: () => Promise<T>): Promise<T> {
@@ -140,73 +162,93 @@ async function listed<T>(what: string, list: () => Promise<T>): Promise<T> {
   }
 }
 
-/** One observation: Milo's claims first, then pods and nodes (a claim's pod precedes it). */
+/**
+ * One observation: the pods and nodes, then Milo's claims of the cluster,
+ * each judged as it is read; only the candidates are kept (bounded like a
+ * node's list: {@link claimListTally}).
+ */
 async function observe(
   o: SweepOptions,
   now: () => number,
   report: SweepReport,
+  previous?: Observation,
 ): Promise<Observation> {
-  const selector = clusterSelector(o.cluster);
-  const milo = o.milo.withDeadline(Date.now() + o.operationMs);
-  const claims = await listed(
-    "the Milo LIST of the cluster's claims",
-    () => milo.listClaims(selector, MAX_LIST_BYTES),
-  );
   const [pods, nodes] = await Promise.all([
     listed("the Kubernetes pod list", () => o.kube.listPods()),
     listed("the Kubernetes node list", () => o.kube.listNodes()),
   ]);
-  const at = now();
-  const uids = new Set(pods.flatMap((p) => p.mirrorUid ? [p.uid, p.mirrorUid] : [p.uid]));
-  const nodeSet = new Set(nodes.map((n) => n.name));
   const obs: Observation = {
-    at,
-    claims: new Map(),
+    at: now(),
+    claims: 0,
     foreign: 0,
     withoutPodUid: 0,
     pods: pods.length,
-    nodes: nodes.length,
+    nodes: new Set(nodes.map((n) => n.name)),
     notReady: new Set(nodes.filter((n) => !n.ready).map((n) => n.name)),
     candidates: new Map(),
+    seen: new Set(),
+    claimedPods: 0,
   };
-  for (const claim of claims) {
+  /** Every pod UID (a mirror pod's static UID too): has a claim recorded it yet? */
+  const claimed = new Map<string, boolean>();
+  for (const p of pods) for (const uid of [p.uid, p.mirrorUid]) if (uid) claimed.set(uid, false);
+  const judged = !!pods.length && !!nodes.length;
+  const tally = claimListTally("the sweep's candidates of Milo's IPClaimList", o.candidateBound);
+  const gonePods = new Set<string>();
+  const judge = (claim: IPClaim) => {
     const h = holderOf(claim);
-    if (h.cluster !== o.cluster) {
-      obs.foreign++;
-      continue;
+    if (h.cluster !== o.cluster) return void obs.foreign++;
+    obs.claims++;
+    const name = claim.metadata.name;
+    if (previous?.candidates.has(name)) obs.seen.add(name);
+    if (!h.podUid) return void obs.withoutPodUid++;
+    if (!judged) return;
+    const live = claimed.get(h.podUid);
+    if (live === false) {
+      claimed.set(h.podUid, true);
+      obs.claimedPods++;
     }
-    obs.claims.set(claim.metadata.name, claim);
-    if (!h.podUid) {
-      obs.withoutPodUid++;
-      continue;
-    }
-    const podGone = !uids.has(h.podUid);
-    const nodeGone = h.node !== undefined && !nodeSet.has(h.node);
-    if (!podGone && !nodeGone) continue;
-    const reason = podGone && nodeGone ? "pod-and-node-gone" : podGone ? "pod-gone" : "node-gone";
-    obs.candidates.set(claim.metadata.name, {
-      claim,
+    const known = h.node === undefined ? undefined : knownNode(obs.nodes, h.node);
+    const nodeGone = h.node !== undefined && known === undefined;
+    if (live !== undefined && !nodeGone) return;
+    const c: Candidate = {
+      name,
+      uid: claim.metadata.uid,
+      created: Date.parse(claim.metadata.creationTimestamp ?? ""),
+      address: claim.status.allocatedCIDR ?? claim.status.address ?? null,
+      pod: h.pod,
       podUid: h.podUid,
-      reason,
-      podExists: !podGone,
-    });
-  }
+      node: h.node,
+      known,
+      reason: live === undefined ? (nodeGone ? "pod-and-node-gone" : "pod-gone") : "node-gone",
+      podExists: live !== undefined,
+    };
+    tally.keep(keptSize(c));
+    obs.candidates.set(name, c);
+    if (live === undefined) gonePods.add(h.podUid);
+  };
+  const milo = o.milo.withDeadline(Date.now() + o.operationMs);
+  await listed(
+    "the Milo LIST of the cluster's claims",
+    () => milo.scanClaims(clusterSelector(o.cluster), judge),
+  );
+  obs.claimedPods += gonePods.size;
   report.observations.push({
-    at: new Date(at).toISOString(),
-    claims: obs.claims.size,
+    at: new Date(obs.at).toISOString(),
+    claims: obs.claims,
     pods: obs.pods,
-    nodes: obs.nodes,
+    nodes: obs.nodes.size,
     candidates: obs.candidates.size,
   });
   Object.assign(report.totals, {
-    claims: obs.claims.size,
+    claims: obs.claims,
     foreign: obs.foreign,
     withoutPodUid: obs.withoutPodUid,
   });
-  if (obs.claims.size && (!obs.pods || !obs.nodes)) {
+  if (!judged && obs.claims) {
     throw new Brake(
       `the Kubernetes ${obs.pods ? "node" : "pod"} list is empty while the cluster has ` +
-        `${obs.claims.size} claim(s)`,
+        `${obs.claims} claim(s)`,
     );
   }
   return obs;
@@ -214,7 +256,7 @@ async function observe(
 
 interface Pending {
   row: SweepRow;
-  claim: IPClaim;
+  c: Candidate;
 }
 
 /** Adds a row per candidate of either observation; answers those that may be released. */
@@ -230,26 +272,22 @@ function decide(
   for (const name of [...names].sort()) {
     const c1 = first.candidates.get(name), c2 = second.candidates.get(name);
     const c = (c2 ?? c1)!;
-    const h = holderOf(c.claim);
-    const created = Date.parse(c.claim.metadata.creationTimestamp ?? "");
     const row: SweepRow = {
       claim: name,
-      uid: c.claim.metadata.uid ?? null,
-      address: c.claim.status.allocatedCIDR ?? c.claim.status.address ?? null,
-      pod: h.pod ?? null,
+      uid: c.uid ?? null,
+      address: c.address,
+      pod: c.pod ?? null,
       podUid: c.podUid,
-      node: h.node ?? null,
+      node: c.node ?? null,
       reason: c.reason,
-      ageMs: Number.isNaN(created) ? null : second.at - created,
+      ageMs: Number.isNaN(c.created) ? null : second.at - c.created,
       action: "kept",
       why: "",
     };
     report.rows.push(row);
-    const why = keptBecause(o, start, c1, c2, first, second, created, h.pod) ??
-      staticPodRule(c.reason, h.pod, h.node) ??
-      notReadyRule(c.reason, h.node, first, second);
+    const why = keptBecause(o, start, c1, c2, first, second) ?? mayStillRun(c, first, second);
     if (why) row.why = why;
-    else pending.push({ row, claim: c.claim });
+    else pending.push({ row, c });
   }
   return pending;
 }
@@ -262,84 +300,39 @@ function keptBecause(
   c2: Candidate | undefined,
   first: Observation,
   second: Observation,
-  created: number,
-  pod: string | undefined,
 ): string | null {
   if (!c2) {
-    return c1 && second.claims.has(c1.claim.metadata.name)
+    return c1 && second.seen.has(c1.name)
       ? "not a candidate in the second observation (pod or node seen again)"
       : "claim gone from Milo by the second observation";
   }
-  if (!c1 || c1.claim.metadata.uid !== c2.claim.metadata.uid) {
-    return "a candidate in the second observation only";
-  }
+  if (!c1 || c1.uid !== c2.uid) return "a candidate in the second observation only";
   if (c1.podExists || c2.podExists) return `pod ${c2.podUid} exists; only its node is gone`;
   if (second.at - first.at < o.intervalMs) return "observations less than --interval apart";
-  if (!c2.claim.metadata.uid) return "the claim has no uid to release it by";
-  if (Number.isNaN(created)) return "the claim has no creation time";
+  if (!c2.uid) return "the claim has no uid to release it by";
+  if (Number.isNaN(c2.created)) return "the claim has no creation time";
   // creationTimestamp counts whole seconds: a claim stamped in the start's second may be newer.
-  if (created >= Math.floor(start / 1000) * 1000) return "created after the run started";
-  if (second.at - created < o.graceMs) return "younger than --grace";
-  if (!podRef(pod)) return "no pod namespace/name recorded to re-check";
+  if (c2.created >= Math.floor(start / 1000) * 1000) return "created after the run started";
+  if (second.at - c2.created < o.graceMs) return "younger than --grace";
+  if (!podRef(c2.pod)) return "no pod namespace/name recorded to re-check";
   return null;
 }
 
-/**
- * Keeps a claim whose pod may be a static pod on a node that is still there:
- * kubelet names a static pod `<name>-<node name>` and runs it whether or not
- * its mirror pod could be made in the API, so an absent UID proves nothing.
- * The node's own reconcile judges such claims by its result caches.
- */
-function staticPodRule(reason: Reason, pod?: string, node?: string): string | null {
-  if (reason !== "pod-gone" || !node) return null;
-  const name = podRef(pod)?.name;
-  return name?.endsWith(`-${node.toLowerCase()}`)
-    ? `may be a static pod of ${node} (named <name>-<node>): left to that node's reconcile`
-    : null;
-}
-
-/**
- * Keeps a claim whose node is there but not Ready in either observation: a
- * pod deleted from the API while its node is unreachable (force-deleted, a
- * partition) may still run there, on its address. That node's reconcile
- * judges it once the node is back; a node deleted from the API is gone.
- */
-function notReadyRule(
-  reason: Reason,
-  node: string | undefined,
-  first: Observation,
-  second: Observation,
-): string | null {
-  if (reason !== "pod-gone" || !node) return null;
-  return first.notReady.has(node) || second.notReady.has(node)
-    ? `its node ${node} is not Ready: its pods may still run there; left to that node's reconcile`
-    : null;
-}
-
-function podRef(pod: string | undefined): { namespace: string; name: string } | null {
-  const [namespace, name, ...rest] = (pod ?? "").split("/");
-  if (rest.length || !DNS1123_LABEL.test(namespace) || !DNS1123_SUBDOMAIN.test(name ?? "")) {
-    return null;
-  }
-  return { namespace, name };
-}
-
 /** The re-check right before release: the pod by namespace/name, then the claim by uid. */
-async function recheck(o: SweepOptions, row: SweepRow, claim: IPClaim): Promise<void> {
-  const ref = podRef(row.pod ?? undefined)!;
+async function recheck(o: SweepOptions, row: SweepRow, c: Candidate): Promise<void> {
+  const ref = podRef(c.pod)!;
   try {
     const pod = await o.kube.getPod(ref.namespace, ref.name);
-    if (pod && podHasUid(pod, row.podUid)) {
+    if (pod && podHasUid(pod, c.podUid)) {
       row.why = `pod exists on re-check (node ${pod.nodeName ?? "none"}, phase ${pod.phase})`;
       return;
     }
     const milo = o.milo.withDeadline(Date.now() + o.operationMs);
-    const uid = claim.metadata.uid!;
     let r: Release;
-    if (o.apply) r = await milo.releaseClaim(claim.metadata.name, uid);
+    if (o.apply) r = await milo.releaseClaim(c.name, c.uid!);
     else {
-      const current = await milo.getClaim(claim.metadata.name);
-      r = !current ? "absent" : current.metadata.uid === uid ? "released" : "changed";
+      const current = await milo.getClaim(c.name);
+      r = !current ? "absent" : current.metadata.uid === c.uid ? "released" : "changed";
     }
     if (r === "absent") row.why = "claim gone from Milo on re-check";
     else if (r === "changed") row.why = "claim uid changed on re-check";

@@ -38,7 +38,7 @@ export function parseDuration(text: string): number | undefined {
   return Math.round(ms);
 }
 
-/** Parses `--max-release`: `N` (a count) or `P%` (0–100 percent of the cluster's claims). */
+/** Parses `--max-release`: `N` pods, or `P%` of the pods with claims (0-100; lib/sweep.ts). */
 export function parseMaxRelease(text: string): MaxRelease | undefined {
   if (/^\d+$/.test(text)) return { count: Number(text) };
   const m = /^(\d+(\.\d+)?)%$/.exec(text);

@@ -6,7 +6,10 @@
 /** Exit codes of `milo-ipam sweep`. */
 export const EXIT = { done: 0, error: 1, brake: 2, partial: 3 } as const;
 
-/** How many candidates a run may have: a count, or a percentage of the cluster's claims. */
+/**
+ * How many pods a run may release the claims of: a count, or a percentage of
+ * the pods with claims in the cluster (with a floor: lib/sweep.ts).
+ */
 export type MaxRelease = { count: number } | { percent: number };
 
 /** Why a claim is a candidate. */
@@ -61,6 +64,10 @@ export interface SweepReport {
     claims: number;
     foreign: number;
     withoutPodUid: number;
+    /** Pods with claims in the cluster: what a `P%` `--max-release` is a share of. */
+    pods: number;
+    /** Pods whose claims passed every rule before the re-check: what `--max-release` bounds. */
+    podsToRelease: number;
     candidates: number;
     released: number;
     wouldRelease: number;
@@ -112,6 +119,8 @@ export function emptyReport(
       claims: 0,
       foreign: 0,
       withoutPodUid: 0,
+      pods: 0,
+      podsToRelease: 0,
       candidates: 0,
       released: 0,
       wouldRelease: 0,
@@ -169,8 +178,9 @@ export function renderText(r: SweepReport): string {
   const t = r.totals;
   lines.push(
     `totals: ${t.claims} claims (${t.withoutPodUid} without a pod UID, ${t.foreign} of another ` +
-      `cluster), ${t.candidates} candidates: ${t.released} released, ${t.wouldRelease} would ` +
-      `be released, ${t.kept} kept, ${t.failed} failed`,
+      `cluster) of ${t.pods} pods, ${t.candidates} candidates (${t.podsToRelease} pods to ` +
+      `release): ${t.released} released, ${t.wouldRelease} would be released, ${t.kept} kept, ` +
+      `${t.failed} failed`,
     `requests: Milo ${r.requests.milo}, Kubernetes ${r.requests.kubernetes}; ${r.durationMs} ms`,
     `${r.message} (exit ${r.exitCode})`,
   );

@@ -6,6 +6,13 @@
  * (testing/kube_store.ts). Never a real API server: no watch, no writes over
  * HTTP, no consistent list snapshots.
  *
+ * Paging is the API server's (k8s.io/apiserver `pkg/storage/etcd3/store.go`,
+ * `GetList`): a LIST with `limit` answers at most that many items in key
+ * order, and `metadata.continue` when more remain (with `remainingItemCount`,
+ * which the real server sets only for a list without selectors); the
+ * `continue` token sent back starts the next page after the last key. A server
+ * page cap (`maxPage`) stands for a server that answers fewer than asked.
+ *
  * `KubeDevApi.handle` answers a `Request` in-process (a `fetch` stub for unit
  * tests); `startKubeDev` serves it on 127.0.0.1, optionally over TLS. Run as
  * a program it serves the pods, nodes and faults of a state file, re-read when
@@ -53,6 +60,17 @@ function status(code: number, reason: string, message: string, details?: object)
 
 const keyOf = (o: KubeObject) =>
   o.metadata.namespace ? `${o.metadata.namespace}/${o.metadata.name}` : String(o.metadata.name);
+
+/** The index of the first of `sorted` whose key comes after `key`. */
+function firstAfter(sorted: readonly KubeObject[], key: string): number {
+  let lo = 0, hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (keyOf(sorted[mid]) > key) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
 
 /** The stand-in's request handling, without a listener. */
 export class KubeDevApi {
@@ -156,7 +174,7 @@ export class KubeDevApi {
         return status(400, "BadRequest", "continue key is not valid: malformed token");
       }
       rv = at.rv;
-      items = items.filter((o) => keyOf(o) > at.start);
+      items = items.slice(firstAfter(items, at.start));
     }
     const limit = Number(q.get("limit") ?? "0");
     const size = Math.min(Number.isInteger(limit) && limit > 0 ? limit : Infinity, this.maxPage);

@@ -31,6 +31,13 @@ export interface PodInput {
   annotations?: Record<string, string>;
 }
 
+/**
+ * Most bytes of a pod's annotations, keys and values together, as the API
+ * server validates them (`TotalAnnotationSizeLimitB`, k8s.io/apimachinery
+ * `pkg/api/validation/objectmeta.go`): a larger set is refused.
+ */
+export const MAX_ANNOTATION_BYTES = 256 * 1024;
+
 /** A stored object, in the API's JSON shape. */
 export type KubeObject = { metadata: Record<string, unknown> } & Record<string, unknown>;
 
@@ -39,6 +46,8 @@ export class KubeStore {
   readonly #pods = new Map<string, KubeObject>();
   readonly #nodes = new Map<string, KubeObject>();
   #rv = 1000;
+  /** The list order of each kind, until a pod or node is added or removed. */
+  #sorted: { pods?: KubeObject[]; nodes?: KubeObject[] } = {};
 
   /** The current resourceVersion. */
   get resourceVersion(): string {
@@ -56,6 +65,13 @@ export class KubeStore {
 
   /** Adds (or replaces, by namespace/name) a pod; answers the stored object. */
   addPod(p: PodInput): KubeObject {
+    const size = Object.entries(p.annotations ?? {}).reduce(
+      (n, [k, v]) => n + new TextEncoder().encode(k + v).length,
+      0,
+    );
+    if (size > MAX_ANNOTATION_BYTES) {
+      throw new Error(`annotations size ${size} is larger than limit ${MAX_ANNOTATION_BYTES}`);
+    }
     const { pod } = JSON.parse(TEMPLATES) as { pod: KubeObject };
     pod.metadata = this.#meta({
       name: p.name,
@@ -72,12 +88,14 @@ export class KubeStore {
     >;
     pod.status = { ...status, phase: p.phase ?? "Running" };
     this.#pods.set(`${p.namespace}/${p.name}`, pod);
+    this.#sorted.pods = undefined;
     return pod;
   }
 
   /** Removes a pod; true when it existed. */
   removePod(namespace: string, name: string): boolean {
     this.#rv++;
+    this.#sorted.pods = undefined;
     return this.#pods.delete(`${namespace}/${name}`);
   }
 
@@ -99,6 +117,7 @@ export class KubeStore {
     status.addresses = status.addresses.filter((a) => a.type !== "Hostname");
     status.addresses.push({ type: "Hostname", address: name });
     this.#nodes.set(name, node);
+    this.#sorted.nodes = undefined;
     return node;
   }
 
@@ -115,6 +134,7 @@ export class KubeStore {
   /** Removes a node; true when it existed. */
   removeNode(name: string): boolean {
     this.#rv++;
+    this.#sorted.nodes = undefined;
     return this.#nodes.delete(name);
   }
 
@@ -123,15 +143,16 @@ export class KubeStore {
     this.#rv++;
     this.#pods.clear();
     this.#nodes.clear();
+    this.#sorted = {};
   }
 
-  /** Every pod, sorted by namespace/name (the list order). */
-  pods(): KubeObject[] {
-    return [...this.#pods.keys()].sort().map((k) => this.#pods.get(k)!);
+  /** Every pod, sorted by namespace/name (the list order); not to be changed. */
+  pods(): readonly KubeObject[] {
+    return this.#sorted.pods ??= [...this.#pods.keys()].sort().map((k) => this.#pods.get(k)!);
   }
 
-  /** Every node, sorted by name. */
-  nodes(): KubeObject[] {
-    return [...this.#nodes.keys()].sort().map((k) => this.#nodes.get(k)!);
+  /** Every node, sorted by name; not to be changed. */
+  nodes(): readonly KubeObject[] {
+    return this.#sorted.nodes ??= [...this.#nodes.keys()].sort().map((k) => this.#nodes.get(k)!);
   }
 }

@@ -6,7 +6,7 @@ import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
 import { MiloLimiter } from "../lib/limiter.ts";
-import { type ClientOptions, MAX_LIST_BYTES, MiloClient } from "../lib/milo.ts";
+import { type ClientOptions, MiloClient } from "../lib/milo.ts";
 import { VirtualClock } from "../testing/virtual_clock.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
@@ -238,12 +238,15 @@ Deno.test("a redirect is never followed: protocol error naming the Location", as
   }
 });
 
-Deno.test("a body over 1 MiB (a LIST answer over 4 MiB) is a protocol error; error texts quote little of a body", async () => {
+Deno.test("a body over 1 MiB (a claim in a LIST over 1 MiB) is a protocol error; error texts quote little of a body", async () => {
   const mib = 1024 * 1024;
   const object = scripted([{ status: 201, body: { pad: "x".repeat(mib) } }]);
   assert.match((await rejects(object.client.createClaim({}))).message, /exceeds 1048576 bytes/);
-  const big = scripted([{ status: 200, body: { items: [], pad: "x".repeat(4 * mib) } }]);
-  assert.match((await rejects(big.client.listClaims("a=b"))).message, /exceeds 4194304 bytes/);
+  const big = scripted([{ status: 200, body: { items: [{ pad: "x".repeat(mib) }] } }]);
+  assert.match(
+    (await rejects(big.client.listClaims("a=b"))).message,
+    /IPClaimList has a value over 1048576 bytes \(item 0\)/,
+  );
   const html = scripted([{ status: 418, body: "<html>" + "y".repeat(5000) + "</html>" }]);
   const err = await rejects(html.client.createClaim({}));
   assert.equal(err.code, 105);
@@ -594,9 +597,10 @@ Deno.test("scrub by value: no head of a token survives a server's text cut where
   assert.match(errors[3].details, /HTTP 401 \(unquoted\)/);
 });
 
-// Issue 21, item 3: a claim LIST is bounded across its pages, and each page is
-// cut to the fields read before the next is fetched. The bounds are written
-// out here (64 MiB, 200,000 items: lib/milo_objects.ts MAX_LIST_BYTES, MAX_LIST_ITEMS).
+// Issue 21, item 3, and issue 29, item 2: a claim LIST is bounded by what it
+// keeps across its pages (64 MiB as estimated, 200,000 items: lib/milo_objects.ts
+// MAX_LIST_BYTES, MAX_LIST_ITEMS), each answer read as a stream, so its size on
+// the wire is no bound.
 
 /** A client whose every request is answered 200 with `body` of its number (from 1). */
 function pagesOf(body: (page: number) => string) {
@@ -616,14 +620,19 @@ function pagesOf(body: (page: number) => string) {
   return { client, sent: () => sent };
 }
 
-/** An IPClaimList page of `n` claims as Milo answers them, `pad` bytes of managedFields each. */
-function claimPage(n: number, pad: number, more: boolean, page: number): string {
+/**
+ * An IPClaimList page of `n` claims as Milo answers them: `pad` bytes of
+ * managedFields each (dropped as read), and `own` bytes of a milo-ipam.io/
+ * annotation (kept).
+ */
+function claimPage(n: number, pad: number, more: boolean, page: number, own = 0): string {
   const claim = fixture("ipclaim-bound-ipv4.json") as { metadata: Record<string, unknown> };
   const items = Array.from({ length: n }, (_, i) => ({
     ...claim,
     metadata: {
       ...claim.metadata,
       name: `pod-${page}-${i}`,
+      ...(own ? { annotations: { "milo-ipam.io/note": "n".repeat(own) } } : {}),
       managedFields: [{ manager: "milo", fieldsV1: { f: "m".repeat(pad) } }],
     },
   }));
@@ -634,39 +643,45 @@ function claimPage(n: number, pad: number, more: boolean, page: number): string 
   });
 }
 
-Deno.test("a claim LIST over 64 MiB across its pages ends in 105 naming MAX_LIST_BYTES", async () => {
-  const pages = 80; // 80 pages of ~1 MB: over the bound, and an end for a list without one
-  const body = claimPage(500, 850, true, 0);
-  assert.ok(body.length > 900_000 && body.length < 1024 * 1024, `${body.length}`);
-  const last = claimPage(1, 0, false, 0);
-  const { client, sent } = pagesOf((n) => n < pages ? body : last);
+Deno.test("a claim LIST keeping over 64 MiB across its pages ends in 105 naming MAX_LIST_BYTES", async () => {
+  const body = claimPage(500, 0, true, 0, 8_000); // 500 claims of ~8 KB kept each
+  const { client, sent } = pagesOf(() => body);
   const err = await rejects(client.listClaims("a=b"));
   assert.equal(err.code, 105);
   assert.match(
     err.message,
-    /IPClaimList exceeds its list bound: more than 64 MiB .*MAX_LIST_BYTES/,
+    /IPClaimList exceeds what this process holds of a list: more than 64 MiB kept \(MAX_LIST_BYTES\)/,
   );
-  assert.equal(sent(), Math.floor(64 * 1024 * 1024 / body.length) + 1, "cut at the bound");
-  assert.match(err.details, new RegExp(`cut after ${sent()} page\\(s\\)`));
+  assert.ok(sent() > 10 && sent() < 20, `cut at the bound: ${sent()} pages`);
+  assert.match(err.details, /^cut after \d+ items, \d+ bytes kept$/);
 });
 
-Deno.test("Milo answering a whole LIST at once, ignoring limit: read up to 4 MiB, the sweep up to the list bound", async () => {
+Deno.test("a claim LIST's size on the wire is no bound: 80 pages of 1 MB, 500 claims each", async () => {
+  const pages = 80;
+  const body = claimPage(500, 850, true, 0);
+  assert.ok(body.length > 900_000 && body.length < 1024 * 1024, `${body.length}`);
+  const last = claimPage(1, 0, false, 0);
+  const { client, sent } = pagesOf((n) => n < pages ? body : last);
+  assert.equal((await client.listClaims("a=b")).length, 79 * 500 + 1);
+  assert.equal(sent(), pages);
+});
+
+Deno.test("Milo answering a whole LIST at once, ignoring limit: read whole as a stream", async () => {
   // Milo's Postgres store answers every matching claim, no continue (GetList, store.go).
   const whole = claimPage(2_000, 1_900, false, 0);
   assert.ok(whole.length > 5 * 1024 * 1024 && whole.length < 6 * 1024 * 1024, `${whole.length}`);
   const node = pagesOf(() => whole);
-  const err = await rejects(node.client.listClaims("a=b"));
-  assert.equal(err.code, 105);
-  assert.match(err.message, /exceeds 4194304 bytes/);
-  const sweep = pagesOf(() => whole);
-  const items = await sweep.client.listClaims("a=b", MAX_LIST_BYTES);
-  assert.equal(items.length, 2_000);
-  assert.equal(sweep.sent(), 1);
-  const fits = pagesOf(() => claimPage(1_500, 0, false, 0));
-  assert.equal((await fits.client.listClaims("a=b")).length, 1_500, "a node's whole list");
+  assert.equal((await node.client.listClaims("a=b")).length, 2_000);
+  assert.equal(node.sent(), 1);
+  const seen: string[] = [];
+  const scan = pagesOf(() => whole);
+  const at = await scan.client.scanClaims("a=b", (c) => void seen.push(c.metadata.name));
+  assert.equal(seen.length, 2_000);
+  assert.equal(seen[1_999], "pod-0-1999");
+  assert.ok(Number.isNaN(at), "no Date header: no server time");
 });
 
-Deno.test("a claim LIST over 200,000 items across its pages ends in 105 naming MAX_LIST_ITEMS", async () => {
+Deno.test("a claim LIST over 200,000 items kept ends in 105 naming MAX_LIST_ITEMS", async () => {
   const tiny = (n: number, more: boolean) =>
     JSON.stringify({
       kind: "IPClaimList",
@@ -677,8 +692,88 @@ Deno.test("a claim LIST over 200,000 items across its pages ends in 105 naming M
   const { client, sent } = pagesOf((n) => n < 25 ? page : tiny(1, false));
   const err = await rejects(client.listClaims("a=b"));
   assert.equal(err.code, 105);
-  assert.match(err.message, /more than 200,000 items across its pages \(MAX_LIST_ITEMS\)/);
+  assert.match(err.message, /more than 200,000 items kept \(MAX_LIST_ITEMS\)/);
   assert.equal(sent(), 21, "cut at the page that passes it");
+});
+
+Deno.test("a LIST answer may start late (Milo scans the whole tenant), then must keep coming", async () => {
+  const whole = claimPage(3, 0, false, 0);
+  const client = (answer: (signal: AbortSignal) => Promise<Response>) => {
+    let sent = 0;
+    return {
+      sent: () => sent,
+      client: new MiloClient({
+        baseUrl: "https://milo.test",
+        namespace: "default",
+        token: TOKEN,
+        requestMs: 100,
+        deadline: Date.now() + 5_000,
+        fetch: (_input, init) => (sent++, answer(init!.signal!)),
+        sleep: () => Promise.resolve(),
+      }),
+    };
+  };
+  // Its head after 4 request timeouts: one request, read whole. (As fetch does, the request's
+  // signal aborts it.)
+  const late = client((signal) =>
+    new Promise((resolve, reject) => {
+      const t = setTimeout(() => resolve(new Response(whole, { status: 200 })), 400);
+      signal.addEventListener("abort", () => (clearTimeout(t), reject(signal.reason)));
+    })
+  );
+  assert.equal((await late.client.listClaims("a=b")).length, 3);
+  assert.equal(late.sent(), 1);
+  // Its head at once, then a part, then nothing: given up after the request timeout.
+  const stalled = client((signal) => {
+    const body = new ReadableStream<Uint8Array>({
+      start: (c) => {
+        c.enqueue(new TextEncoder().encode(whole.slice(0, 20)));
+        signal.addEventListener("abort", () => c.error(signal.reason));
+      },
+    });
+    return Promise.resolve(new Response(body, { status: 200 }));
+  });
+  const t0 = performance.now();
+  const err = await rejects(stalled.client.listClaims("a=b"));
+  assert.match(err.details, /request timed out/);
+  assert.ok(stalled.sent() > 1, "a stall before any claim was read is asked again");
+  assert.ok(performance.now() - t0 < 4_000, "within the deadline");
+});
+
+Deno.test("a LIST answer that breaks off: asked again before any claim was read, never after", async () => {
+  const whole = claimPage(3, 0, false, 0);
+  const cut = (at: number) => {
+    let pulls = 0;
+    return new ReadableStream<Uint8Array>({
+      pull: (c) => {
+        if (pulls++) c.error(new TypeError("error reading a body from connection"));
+        else c.enqueue(new TextEncoder().encode(whole.slice(0, at)));
+      },
+    });
+  };
+  for (const [at, attempts] of [[10, 2], [whole.length - 5, 1]]) {
+    let sent = 0;
+    const client = new MiloClient({
+      baseUrl: "https://milo.test",
+      namespace: "default",
+      token: TOKEN,
+      requestMs: 1000,
+      deadline: Date.now() + 60_000,
+      fetch: () => Promise.resolve(new Response(++sent === 1 ? cut(at) : whole, { status: 200 })),
+      sleep: () => Promise.resolve(),
+    });
+    const seen: string[] = [];
+    const scan = client.scanClaims("a=b", (c) => void seen.push(c.metadata.name));
+    if (attempts === 2) {
+      await scan;
+      assert.deepEqual(seen, ["pod-0-0", "pod-0-1", "pod-0-2"], "read again whole");
+    } else {
+      const err = await rejects(scan);
+      assert.match(err.message, /IPClaimList broke off after 2 claims/);
+      assert.match(err.details, /error reading a body/);
+    }
+    assert.equal(sent, attempts);
+  }
 });
 
 Deno.test("a claim LIST keeps only the fields read of each claim", async () => {

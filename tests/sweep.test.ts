@@ -31,7 +31,10 @@ export class MiloStub {
   onDelete?: (name: string) => void;
   constructor(readonly maxPage = 500) {}
 
-  add(name: string, o: { podUid?: string; pod?: string; node?: string; cluster?: string } = {}) {
+  add(
+    name: string,
+    o: { podUid?: string; pod?: string; node?: string | null; cluster?: string } = {},
+  ) {
     const ann: Record<string, string> = { [KEYS.cluster]: o.cluster ?? CLUSTER };
     if (o.node !== null) ann[KEYS.node] = o.node ?? "node-1";
     if (o.podUid) ann[KEYS.podUid] = o.podUid;
@@ -255,6 +258,47 @@ Deno.test("a pod gone from the API on a node that is not Ready is left to that n
   assert.equal(row(again, "c-partitioned").action, "released");
 });
 
+Deno.test("a node recorded under another name: its not-Ready and static-pod guards still hold", async () => {
+  const w = world();
+  // The plugin recorded the raw hostname; the kubelet registered the node lowercased.
+  w.orphan("partitioned", "Node-2");
+  w.milo.add("c-etcd", { podUid: "static-1", pod: "kube-system/etcd-node-1", node: "Node-1" });
+  w.kube.store.setNodeReady("node-2", "Unknown");
+  const r = await w.run();
+  assert.equal(row(r, "c-partitioned").reason, "pod-gone", "the API knows Node-2 as node-2");
+  assert.match(row(r, "c-partitioned").why, /node node-2 is not Ready: .*that node's reconcile/);
+  assert.match(row(r, "c-etcd").why, /may be a static pod of node-1 /);
+  assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("a node the API does not know: its claims go only while every node is Ready, never a static pod's", async () => {
+  const w = world();
+  w.orphan("gone-0", "node-9"); // deleted, or registered under --hostname-override
+  w.milo.add("c-nameless", { podUid: crypto.randomUUID(), pod: "shop/nameless", node: null });
+  // kubelet names a static pod after the node it registered: node-1, whatever the claim says.
+  w.milo.add("c-etcd", {
+    podUid: "static-1",
+    pod: "kube-system/etcd-node-1",
+    node: "ip-10-0-0-1",
+  });
+  w.kube.store.setNodeReady("node-2", "False");
+  const r = await w.run();
+  assert.equal(row(r, "c-gone-0").reason, "pod-and-node-gone");
+  for (const claim of ["c-gone-0", "c-nameless"]) {
+    assert.match(
+      row(r, claim).why,
+      /is unknown to the API and 1 node\(s\) are not Ready \(node-2\): .*reconcile/,
+      claim,
+    );
+  }
+  assert.match(row(r, "c-etcd").why, /may be a static pod of node-1 /);
+  assert.deepEqual(w.deletes(), []);
+  w.kube.store.setNodeReady("node-2", "True");
+  const again = await w.run();
+  assert.deepEqual(w.deletes().sort(), ["DELETE /c-gone-0", "DELETE /c-nameless"]);
+  assert.equal(row(again, "c-etcd").action, "kept");
+});
+
 Deno.test("pagination: claims, pods and nodes over several pages, each page once per observation", async () => {
   const w = world({ miloPage: 2, kubePage: 2, bystander: false });
   w.kube.store.addNode("node-3");
@@ -444,14 +488,14 @@ Deno.test("dry run: reports would-release, re-checks, deletes nothing", async ()
   assert.match(r.message, /^dry run: would release 1 of 1/);
 });
 
-Deno.test("max-release N and P%: more candidates than allowed brakes, else releases", async () => {
-  const cases: [SweepOptions["maxRelease"], number][] = [
-    [{ count: 1 }, 2],
-    [{ count: 2 }, 0],
-    [{ percent: 25 }, 2], // 25% of 4 claims = 1
-    [{ percent: 50 }, 0],
+Deno.test("max-release N and P% count pods: more than allowed brakes, else releases", async () => {
+  const cases: [SweepOptions["maxRelease"], number, number][] = [
+    [{ count: 1 }, 2, 1],
+    [{ count: 2 }, 0, 2],
+    [{ percent: 25 }, 0, 10], // 25% of 4 pods is 1: the floor of 10 pods
+    [{ percent: 0 }, 0, 10],
   ];
-  for (const [maxRelease, exit] of cases) {
+  for (const [maxRelease, exit, limit] of cases) {
     const w = world();
     w.orphan("gone-0");
     w.orphan("gone-1");
@@ -460,16 +504,49 @@ Deno.test("max-release N and P%: more candidates than allowed brakes, else relea
     const r = await w.run({ maxRelease });
     assert.equal(r.exitCode, exit, JSON.stringify(maxRelease));
     assert.equal(w.deletes().length, exit ? 0 : 2);
-    assert.equal(
-      r.settings.maxReleaseLimit,
-      "count" in maxRelease ? maxRelease.count : exit ? 1 : 2,
-    );
+    assert.equal(r.settings.maxReleaseLimit, limit);
+    assert.deepEqual([r.totals.pods, r.totals.podsToRelease], [4, 2]);
     if (exit) {
       assert.equal(r.outcome, "brake");
-      assert.match(r.message, /^brake: 2 candidates exceed --max-release .*; nothing released$/);
+      assert.match(
+        r.message,
+        /^brake: the claims of 2 pods would be released, more than --max-release 1 allows \(1 of the 4 pods with claims\); nothing released$/,
+      );
       assert.ok(r.rows.every((x) => x.action === "kept" && x.why.startsWith("brake: ")));
     }
   }
+});
+
+Deno.test("max-release P% scales with the pods with claims past the floor", async () => {
+  // 80 pods with claims, 12 of them gone: 25% is 20, 15% is 12, 10% is 8 (the floor: 10).
+  for (const [percent, limit, exit] of [[25, 20, 0], [15, 12, 0], [10, 10, 2]]) {
+    const w = world();
+    for (let i = 0; i < 68; i++) w.live(`web-${i}`);
+    for (let i = 0; i < 12; i++) w.orphan(`gone-${i}`);
+    const r = await w.run({ maxRelease: { percent } });
+    assert.equal(r.settings.maxReleaseLimit, limit, `${percent}%`);
+    assert.equal(r.exitCode, exit, `${percent}%`);
+    assert.equal(w.deletes().length, exit ? 0 : 12, `${percent}%`);
+  }
+});
+
+Deno.test("a 4-claim cluster: a deleted dual-stack pod never trips the default brake", async () => {
+  const w = world();
+  const dual = (name: string, podUid: string) => {
+    for (const f of ["v4", "v6"]) w.milo.add(`c-${name}-${f}`, { podUid, pod: `shop/${name}` });
+  };
+  const pod = w.kube.store.addPod({ namespace: "shop", name: "web-0", nodeName: "node-1" });
+  dual("web-0", pod.metadata.uid as string);
+  dual("gone-0", crypto.randomUUID());
+  const r = await w.run({ maxRelease: { percent: 25 } });
+  assert.equal(r.exitCode, 0, r.message);
+  assert.deepEqual(w.deletes().sort(), ["DELETE /c-gone-0-v4", "DELETE /c-gone-0-v6"]);
+  assert.deepEqual([r.totals.claims, r.totals.pods, r.totals.podsToRelease], [4, 2, 1]);
+  // A count is of pods too: one pod's two claims are one.
+  dual("gone-1", crypto.randomUUID());
+  const one = await w.run({ maxRelease: { count: 1 } });
+  assert.equal(one.exitCode, 0, one.message);
+  assert.equal(one.totals.released, 2);
 });
 
 Deno.test("brakes: empty pod or node list, Kubernetes or Milo list errors", async () => {
@@ -513,30 +590,13 @@ Deno.test("a failed re-check is reported per candidate and exits 3", async () =>
   assert.deepEqual(w.deletes(), []);
 });
 
-Deno.test("a list past its bound across pages is a brake, naming the bound; nothing released", async () => {
+Deno.test("a list past what the sweep holds is a brake, naming the bound; nothing released", async () => {
   const cases: [string, (w: ReturnType<typeof world>) => Partial<SweepOptions>, RegExp][] = [
-    ["Milo's claims", (w) => {
-      // Every page of claims comes back with a continue token, ~900 KB each.
-      const pad = "m".repeat(900_000);
-      const milo = new MiloClient({
-        baseUrl: BASE,
-        namespace: "default",
-        token: "t",
-        requestMs: 1000,
-        deadline: Date.now() + 60_000,
-        fetch: ((input: RequestInfo | URL, init?: RequestInit) => {
-          if (!new URL(String(input)).searchParams.has("labelSelector")) {
-            return w.milo.fetch(input, init);
-          }
-          const items = [...w.milo.claims.values()];
-          return Promise.resolve(
-            Response.json({ kind: "IPClaimList", metadata: { continue: "more", pad }, items }),
-          );
-        }) as typeof fetch,
-        sleep: () => Promise.resolve(),
-      });
-      return { milo };
-    }, /Milo LIST .* failed: .*more than 64 MiB across its pages \(MAX_LIST_BYTES\)/],
+    [
+      "Milo's claims: the candidates kept",
+      () => ({ candidateBound: { bytes: 2 ** 30, items: 1 } }),
+      /Milo LIST .* failed: the sweep's candidates of Milo's IPClaimList exceeds what this process holds of a list: more than 1 items kept \(MAX_LIST_ITEMS\)/,
+    ],
     ["Kubernetes pods", (w) => ({
       kube: new KubeClient({
         server: "https://kube.test",
@@ -545,17 +605,47 @@ Deno.test("a list past its bound across pages is a brake, naming the bound; noth
         sleep: () => Promise.resolve(),
         podListBound: { bytes: 2 ** 30, items: 1 },
       }),
-    }), /pod list failed: .*more than 1 items across its pages \(POD_LIST_BOUND\.items\)/],
+    }), /pod list failed: .*more than 1 items kept \(POD_LIST_BOUND\.items\)/],
   ];
   for (const [what, clients, reason] of cases) {
     const w = world();
     w.orphan("gone-0");
+    w.orphan("gone-1");
     w.live("web-0");
     const r = await w.run(clients(w));
     assert.equal(r.outcome, "brake", what);
     assert.equal(r.exitCode, 2, what);
     assert.match(r.message, reason, what);
     assert.deepEqual(w.deletes(), [], what);
-    assert.equal(w.milo.claims.size, 2, what);
+    assert.equal(w.milo.claims.size, 3, what);
   }
+});
+
+Deno.test("Milo's whole list in one answer of 70 MB: read as a stream, every claim counted", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  // Claims carrying 700 KB of another party's fields each (managedFields), as Milo answers them.
+  const pad = [{ manager: "other", fieldsV1: { f: "m".repeat(700_000) } }];
+  for (let i = 0; i < 100; i++) Object.assign(w.live(`web-${i}`).metadata, { managedFields: pad });
+  const r = await w.run({ maxRelease: { count: 1 } });
+  assert.equal(r.exitCode, 0, r.message);
+  assert.equal(r.totals.claims, 101);
+  assert.deepEqual(w.deletes(), ["DELETE /c-gone-0"]);
+});
+
+Deno.test("140 pending pods with 256 KiB of annotations each do not stop the sweep", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  w.live("web-0");
+  // The most annotations the API server accepts (keys and values, TotalAnnotationSizeLimitB).
+  const key = "example.com/blob";
+  const annotations = { [key]: "a".repeat(256 * 1024 - key.length) };
+  for (let i = 0; i < 140; i++) {
+    w.kube.store.addPod({ namespace: "tenant", name: `fat-${i}`, phase: "Pending", annotations });
+  }
+  const r = await w.run();
+  assert.equal(r.exitCode, 0, r.message);
+  assert.equal(row(r, "c-gone-0").action, "released");
+  assert.equal(r.observations[0].pods, 142);
+  assert.equal(w.kube.count("/api/v1/pods"), 2, "one page of 250 per observation");
 });

@@ -163,31 +163,47 @@ function fallbackBudgets(r: BenchResults): Finding[] {
   ];
 }
 
+/** Issue 29: a dry run over a real cluster's claims, answered in one LIST answer, fits 256 MiB. */
+export const SWEEP_SCALE_RSS_MIB = 256;
+
 function sweepBudgets(r: BenchResults): Finding[] {
-  const sw = r.sweep;
-  return sw.runs.flatMap((run): Finding[] => {
-    const mode = run.apply ? "apply" : "dry run";
-    const gets = run.milo.byMethod.GET ?? 0;
-    const getsAllowed = run.milo.expected - (run.apply ? run.candidates : 0);
-    const acted = run.apply ? run.released : run.wouldRelease;
-    return [{
-      group: "sweep",
-      what: `${mode}: each object fetched at most once per observation, plus the re-check`,
-      limit: `Milo GET ≤ ${getsAllowed}, Kubernetes ≤ ${run.kube.expected}`,
-      figure: `Milo ${gets} GET (${run.milo.total} in all), Kubernetes ${run.kube.total} ` +
-        `(${run.kube.lists} list pages, ${run.kube.gets} pod GETs)`,
-      ok: gets <= getsAllowed && run.milo.total <= run.milo.expected &&
-        run.kube.total <= run.kube.expected,
-    }, {
-      group: "sweep",
-      what: `${mode}: exactly the ${sw.orphans} orphaned claims ${
-        run.apply ? "released" : "would go"
-      }`,
-      limit: `= ${sw.orphans}`,
-      figure: `${acted} of ${run.candidates} candidates (${run.outcome}; ${run.failed} failed)`,
-      ok: acted === sw.orphans && run.candidates === sw.orphans && run.outcome === "done",
-    }];
-  });
+  const sw = r.sweep, sc = sw.scale;
+  const scale: Finding[] = !sc ? [] : [{
+    group: "sweep",
+    what: `dry run over ${sc.claims} claims in one Milo answer, every pod live: every claim ` +
+      `counted, nothing released, peak RSS ≤ ${SWEEP_SCALE_RSS_MIB} MiB`,
+    limit: `${sc.claims} counted, 0 candidates, ≤ ${SWEEP_SCALE_RSS_MIB} MiB`,
+    figure: `${sc.counted} counted, ${sc.candidates} candidates, ${sc.peakRssMiB.toFixed(0)} MiB ` +
+      `in ${(sc.wallMs / 1000).toFixed(1)} s (${sc.outcome})`,
+    ok: sc.outcome === "done" && sc.counted === sc.claims && sc.candidates === 0 &&
+      sc.peakRssMiB <= SWEEP_SCALE_RSS_MIB,
+  }];
+  return [
+    ...scale,
+    ...sw.runs.flatMap((run): Finding[] => {
+      const mode = run.apply ? "apply" : "dry run";
+      const gets = run.milo.byMethod.GET ?? 0;
+      const getsAllowed = run.milo.expected - (run.apply ? run.candidates : 0);
+      const acted = run.apply ? run.released : run.wouldRelease;
+      return [{
+        group: "sweep",
+        what: `${mode}: each object fetched at most once per observation, plus the re-check`,
+        limit: `Milo GET ≤ ${getsAllowed}, Kubernetes ≤ ${run.kube.expected}`,
+        figure: `Milo ${gets} GET (${run.milo.total} in all), Kubernetes ${run.kube.total} ` +
+          `(${run.kube.lists} list pages, ${run.kube.gets} pod GETs)`,
+        ok: gets <= getsAllowed && run.milo.total <= run.milo.expected &&
+          run.kube.total <= run.kube.expected,
+      }, {
+        group: "sweep",
+        what: `${mode}: exactly the ${sw.orphans} orphaned claims ${
+          run.apply ? "released" : "would go"
+        }`,
+        limit: `= ${sw.orphans}`,
+        figure: `${acted} of ${run.candidates} candidates (${run.outcome}; ${run.failed} failed)`,
+        ok: acted === sw.orphans && run.candidates === sw.orphans && run.outcome === "done",
+      }];
+    }),
+  ];
 }
 
 /** Judges every budget of the run. */

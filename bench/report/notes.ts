@@ -135,6 +135,14 @@ function otherNotes(r: BenchResults): string[] {
         `Kubernetes requests.`,
     );
   }
+  const sc = r.sweep.scale;
+  if (sc) {
+    out.push(
+      `- Sweep dry run over ${sc.counted} claims in one Milo answer of ` +
+        `${(sc.answerBytes / 1e6).toFixed(0)} MB and ${sc.pods} pods: ` +
+        `${(sc.wallMs / 1000).toFixed(1)} s, peak RSS ${sc.peakRssMiB.toFixed(0)} MiB.`,
+    );
+  }
   return out;
 }
 

@@ -1,5 +1,11 @@
 /** The report's agent and cluster-sweep sections. */
-import { type AgentResults, type BenchResults, find, type LoadPoint } from "../model.ts";
+import {
+  type AgentResults,
+  type BenchResults,
+  find,
+  type LoadPoint,
+  type SweepScale,
+} from "../model.ts";
 import { fmtMiB, fmtMs, SERIES_HEAD, seriesRows, table } from "./format.ts";
 
 function loadRow(what: string, p: LoadPoint): (string | number)[] {
@@ -121,5 +127,31 @@ export function sweepSection(r: BenchResults): string {
       ],
       rows,
     ),
+    ...(s.scale ? ["", scaleText(s.scale)] : []),
+  ].join("\n");
+}
+
+/** The sweep at a real cluster's size: the installed binary, one Milo answer. */
+function scaleText(c: SweepScale): string {
+  const mb = (c.answerBytes / 1e6).toFixed(0);
+  return [
+    `**At a real cluster's size.** ${c.pods} dual-stack pods on ${c.nodes} nodes: ${c.claims} ` +
+    `claims as the plugin writes them (written into milo-dev's database through its own create ` +
+    `path in ${(c.seedMs / 1000).toFixed(0)} s), answered by milo-dev in one LIST answer of ` +
+    `${mb} MB (\`pagedLists: false\`, as Milo's store), every pod live in the stand-in. The ` +
+    `installed \`milo-ipam sweep --output json\` (a dry run; node config requestMs ` +
+    `${c.timeouts.requestMs}, totalMs ${c.timeouts.totalMs}):`,
+    "",
+    table(["claims counted", "candidates", "would release", "wall s", "peak RSS MiB", "load"], [[
+      c.counted,
+      c.candidates,
+      c.wouldRelease,
+      (c.wallMs / 1000).toFixed(1),
+      c.peakRssMiB.toFixed(0),
+      `${c.loadBefore.split(" ")[0]} → ${c.loadAfter.split(" ")[0]}`,
+    ]]),
+    "",
+    `${c.message} (exit ${c.exitCode}); ${c.requests.milo} Milo and ${c.requests.kubernetes} ` +
+    "Kubernetes requests.",
   ].join("\n");
 }
