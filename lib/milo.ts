@@ -194,17 +194,13 @@ export class MiloClient {
 
   /**
    * Releases the claim `name` only when a fresh GET finds it `mine` (given
-   * Milo's clock of the answer; else `changed`), by its uid as the DELETE's
-   * precondition. Milo ignores it (`AllocatingREST.Delete` reads by name): a
-   * DELETE releases whatever holds the name then, and nothing in Milo
-   * releases one object atomically. So a name other sandboxes make again
-   * (pod or network identity) is deleted only under Retain, where Milo keeps
-   * its address for that name alone: a claim made again between the GET and
-   * the DELETE and deleted in its place is made again at once, re-bound to
-   * its address (`changed`); under Delete it is left (`note` says why). An
-   * attachment's name is made again only by that attachment, whose lock the
-   * node's callers hold; should it happen all the same, the claim is made
-   * again pinned to its address, and a failure is an error naming both uids.
+   * Milo's clock of the answer; else `changed`), its uid the DELETE's
+   * precondition, which Milo ignores (`AllocatingREST.Delete` reads by name).
+   * A name other sandboxes make again is deleted only under Retain: one made
+   * again before the DELETE and deleted in its place is made again at once,
+   * re-bound to its address (`changed`); under Delete it is left (`note`). An
+   * attachment's name is made again only under its lock, which callers hold;
+   * made again all the same, it is remade pinned, or an error names both uids.
    */
   async releaseIf(
     name: string,
