@@ -13,7 +13,7 @@ import {
   specialUse,
 } from "./ip.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import { hostId } from "./host.ts";
+import { bootId, hostId } from "./host.ts";
 import { sha256Hex } from "./sha256.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
@@ -52,6 +52,8 @@ export interface Attachment {
   vpcattachment?: string;
   /** The host that makes the claims (see lib/host.ts). */
   host?: string;
+  /** The boot the call runs in (see lib/host.ts), recorded by the node with what it holds. */
+  boot?: string;
   /** What its claims are named after (the network config's `identity`; default the attachment). */
   identity?: Identity;
 }
@@ -62,6 +64,7 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
     cluster: node.cluster,
     node: node.node,
     host: hostId(node),
+    boot: bootId(node),
     network: conf.name,
     containerId: env.containerId,
     ifname: env.ifname,
@@ -336,6 +339,27 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
     have !== undefined && have !== want;
   return other(h.cluster, a.cluster) || other(h.containerId, a.containerId) ||
     other(h.ifname, a.ifname) || other(h.host, a.host);
+}
+
+/**
+ * Why `claim` is not this host's claim of the attachment `a` (its cluster,
+ * container and interface, and this host or, recording none, this node), or
+ * undefined when it is. Another machine's (a clone running copies of this
+ * one's sandboxes) is its own reconcile's to release, or the sweep's.
+ */
+export function notHeldHere(claim: IPClaim, a: Attachment): string | undefined {
+  const h = holderOf(claim);
+  if (!isHeldBy(claim, a)) {
+    return `records another holder (container ${h.containerId ?? "?"}, ifname ${
+      h.ifname ?? "?"
+    }, cluster ${h.cluster ?? "?"})`;
+  }
+  if (h.host !== undefined) {
+    return h.host === a.host ? undefined : `recorded for host ${h.host}, not this one`;
+  }
+  return h.node === a.node
+    ? undefined
+    : `records no host, and node ${h.node ?? "(none)"}, not this one`;
 }
 
 /**

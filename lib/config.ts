@@ -26,6 +26,8 @@ export const MULTUS_RESULTS_DIR = "/var/lib/cni/multus/results";
 export const DEFAULT_RESULTS_DIRS = [DEFAULT_RESULTS_DIR, MULTUS_RESULTS_DIR];
 /** Where the host's identity is read (systemd's machine-id). */
 export const DEFAULT_HOST_ID_FILE = "/etc/machine-id";
+/** Where the kernel names the current boot (a random UUID made at every boot). */
+export const DEFAULT_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id";
 /** Default directory of milo-ipam's own node state (reconcile state, release journal). */
 export const DEFAULT_STATE_DIR = "/var/lib/milo-ipam";
 
@@ -112,6 +114,7 @@ const nodeShape = {
     z.array(path).check(z.minLength(1, "must name at least one directory"), z.maxLength(16)),
   ),
   hostIdFile: withDefault(path, DEFAULT_HOST_ID_FILE),
+  bootIdFile: withDefault(path, DEFAULT_BOOT_ID_FILE),
   stateDir: withDefault(path, DEFAULT_STATE_DIR),
   agent: withDefault(
     z.object({
@@ -346,12 +349,32 @@ export function parseNodeConfig(
   return withNodeName(validateNodeConfig(values, path), env);
 }
 
-/** The validated node config with its node name: the file's, else `NODE_NAME`, else the host's. */
+/**
+ * The validated node config with its node name as the API knows the node:
+ * the file's `node`, else `NODE_NAME` (the DaemonSet's `spec.nodeName`),
+ * both as given; else the hostname as the kubelet registers it without
+ * `--hostname-override` (k8s.io/component-helpers node/util/hostname.go
+ * `GetHostname`, formerly pkg/util/node: trimmed, lowercased).
+ */
 export function withNodeName(
   v: ValidatedNodeConfig,
   env: (name: string) => string | undefined,
+  hostname: () => string = Deno.hostname,
 ): NodeConfig {
-  return { ...v, node: v.node || env("NODE_NAME") || Deno.hostname() };
+  return { ...v, node: v.node || env("NODE_NAME") || kubeletHostname(hostname()) };
+}
+
+/** A hostname as the kubelet names its node after it: whitespace trimmed, lowercased. */
+export function kubeletHostname(hostname: string): string {
+  const name = hostname.trim().toLowerCase();
+  if (!name) {
+    throw new CniError(
+      "config",
+      "the hostname is empty: the node name cannot be derived from it",
+      "set node in the node config, or NODE_NAME, to the node's name in the API",
+    );
+  }
+  return name;
 }
 
 /** Validates the node config file's values, the node name left unresolved. */

@@ -1,24 +1,41 @@
-import { type Attachment, canName, claimName, isHeldBy, madeBy, recordsAnother } from "./claims.ts";
+import {
+  type Attachment,
+  attachmentOf,
+  canName,
+  claimName,
+  isHeldBy,
+  madeBy,
+  notHeldHere,
+} from "./claims.ts";
+import type { CniEnv } from "./cni.ts";
+import type { NodeConfig } from "./config.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
-import { familiesOf, type Handler, type Invocation } from "./invocation.ts";
-import type { Holding } from "./holdings.ts";
-import type { JournalClaim } from "./journal.ts";
+import { hostId } from "./host.ts";
+import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
+import { type Holding, Holdings } from "./holdings.ts";
+import { Journal, type JournalClaim } from "./journal.ts";
+import type { NetConf } from "./netconf.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
 /**
- * DEL: release each family's claim in Milo. A claim already gone counts as
- * released. Under pod or network identity a claim is released only while it
- * records this attachment as its holder (by its uid): the late DEL of an old
- * sandbox leaves the next holder's claim alone. Any other failure fails the
+ * DEL: release the attachment's claims in Milo: those the node recorded for
+ * it, whatever the network config says now, and those the config names. A
+ * claim already gone counts as released. Under every identity a claim is
+ * released only while a fresh GET finds it this attachment's (cluster,
+ * container, interface) on this host (or, recording no host, this node): the
+ * late DEL of an old sandbox leaves the next holder's claim alone, and a
+ * cloned machine's DEL of a sandbox it inherited leaves the original's (its
+ * own host's reconcile, or the sweep, judges it). Any other failure fails the
  * DEL so the runtime retries it, and records the claims in the release
  * journal, so that `milo-ipam reconcile` finishes the release if the runtime
- * gives up. After an ADD left in doubt (its record still `adding`: killed,
- * or a create unanswered), a released DEL records an in-doubt entry instead:
- * that create may still land. Holds the attachment's lock (see
- * lib/lockfile.ts) throughout. The agent's undo releases nothing unless the
- * ADD it undoes is still the attachment's last, and then only the claims
- * that ADD made ({@link undo}).
+ * gives up; the record keeps what is neither released nor journaled. After an
+ * ADD left in doubt (its record still `adding`: killed, or a create
+ * unanswered), a released DEL records an in-doubt entry instead: that create
+ * may still land. Holds the attachment's lock (see lib/lockfile.ts)
+ * throughout. The agent's undo releases nothing unless the ADD it undoes is
+ * still the attachment's last, and then only the claims that ADD made
+ * ({@link undo}).
  */
 export const del: Handler = async (inv) => {
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
@@ -75,69 +92,165 @@ async function undo(inv: Invocation, h: Holding) {
 }
 
 async function release(inv: Invocation) {
-  const record = inv.holdings.read(inv.attachment);
-  const claims = canName(inv.attachment)
-    ? familiesOf(inv.conf.network).map((f) => claimName(inv.attachment, f))
-    : (record?.claims ?? []).map((c) => c.name);
+  const a = inv.attachment;
+  const record = ownRecord(inv.holdings, a);
+  const claims = namesOf(inv, record);
   const inDoubt = record?.state === "adding";
-  const identity = inv.attachment.identity ?? "attachment";
-  const others: string[] = [];
+  const left = new Map<string, string>();
+  const seen = new Map<string, string>();
   const r = await attemptAll(
     claims,
     async (name) => {
-      if (identity === "attachment") return await inv.milo.deleteClaim(name);
-      const done = await inv.milo.releaseIf(name, (c) => holds(c, inv.attachment));
-      if (done === "changed") others.push(name);
+      const why: string[] = [];
+      const mine = (c: IPClaim) => {
+        const not = notHeldHere(c, a);
+        if (not) why.push(isHeldBy(c, a) ? `${not}: left to that host` : not);
+        else if (c.metadata.uid) seen.set(name, c.metadata.uid);
+        return !not;
+      };
+      const done = await inv.milo.releaseIf(name, mine, (w) => why.push(w));
+      if (done === "changed") left.set(name, why.join("; ") || "another claim now");
       return done;
     },
     (name) => `release of claim ${name} failed`,
   );
-  const skipped = others.length
-    ? { skipped: `held by another sandbox, left alone: ${others.join(", ")}` }
+  const skipped = left.size
+    ? { skipped: leftAlone(left) }
     : claims.length
     ? {}
     : { skipped: "pod identity without the pod's name, and no record of this attachment" };
   if (!r.failures.length) {
     if (inDoubt) {
-      await inv.journal.recordDoubt(inv.attachment, claims, inv.now()).catch((err) => {
+      await inv.journal.recordDoubt(a, claims, inv.now()).catch((err) => {
         throw new CniError(
           "io",
           "claims released, but an ADD of this attachment in doubt could not be journaled",
           errorText(err),
         );
       });
-    } else await inv.journal.drop(inv.attachment).catch(() => false);
-    inv.holdings.remove(inv.attachment);
-    return { claims: claims.filter((c) => !others.includes(c)), ...skipped };
+    } else await inv.journal.drop(a).catch(() => false);
+    inv.holdings.remove(a);
+    return { claims: claims.filter((c) => !left.has(c)), ...skipped };
   }
   const e = combineErrors(r.failures);
-  const failed = await Promise.all(
-    claims.filter((name) => !r.done.includes(name)).map((name) => journalClaim(inv, name)),
+  const failed = claims.filter((name) => !r.done.includes(name));
+  const owed = await Promise.all(
+    failed.map((name) => journalClaim(inv, name, seen.get(name) ?? uidOf(record, name))),
   );
   let note: string;
   try {
-    const path = await inv.journal.record(inv.attachment, failed, e.message, inv.now());
+    const path = await inv.journal.record(a, owed, e.message, inv.now());
     note = `journaled for release by milo-ipam reconcile (${path})`;
+    // What is released or journaled leaves the record; the rest stays for reconcile to judge.
+    if (record) inv.holdings.forget(a, r.done);
   } catch (err) {
     note = `could not be journaled: ${errorText(err)}`;
   }
   throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
 }
 
+/** This host's record of the attachment (one copied from another machine is not). */
+function ownRecord(holdings: Holdings, a: Attachment): Holding | undefined {
+  const h = holdings.read(a);
+  return h && (h.host === undefined || h.host === a.host) ? h : undefined;
+}
+
+/**
+ * The claims a DEL releases: those the node recorded for the attachment,
+ * whatever the network config says now (a class dropped, the identity
+ * switched), and those the config names (no record: an ADD before records,
+ * or a lost `stateDir`).
+ */
+function namesOf(inv: Invocation, record: Holding | undefined): string[] {
+  const named = canName(inv.attachment) ? claimNamesOf(inv) : [];
+  return [...new Set([...named, ...(record?.claims ?? []).map((c) => c.name)])];
+}
+
+/** The report of the claims a DEL left alone, by why. */
+function leftAlone(left: Map<string, string>): string {
+  return [...left].map(([name, why]) =>
+    why.startsWith("records another holder")
+      ? `held by another sandbox, left alone: ${name} (${why})`
+      : `left alone: ${name} (${why})`
+  ).join("; ");
+}
+
+/** The uid the node recorded for the claim `name` of a successful ADD. */
+function uidOf(record: Holding | undefined, name: string): string | undefined {
+  return record?.state === "held" ? record.claims.find((c) => c.name === name)?.uid : undefined;
+}
+
 /**
  * The journal's record of a claim this DEL could not release: with its uid
- * when a read within the rollback slice still finds it held by this
- * attachment, so reconcile releases exactly that object.
+ * when this DEL's read found it this attachment's on this host, or the node
+ * recorded it, or a read within the rollback slice still finds it so, so
+ * reconcile releases exactly that object.
  */
-async function journalClaim(inv: Invocation, name: string): Promise<JournalClaim> {
+async function journalClaim(
+  inv: Invocation,
+  name: string,
+  uid: string | undefined,
+): Promise<JournalClaim> {
+  if (uid) return { name, uid };
   try {
     const claim = await inv.rollback.getClaim(name);
-    const uid = claim && holds(claim, inv.attachment) ? claim.metadata.uid : undefined;
-    return uid ? { name, uid } : { name };
+    const found = claim && !notHeldHere(claim, inv.attachment) ? claim.metadata.uid : undefined;
+    return found ? { name, uid: found } : { name };
   } catch {
     return { name };
   }
 }
 
-/** This attachment holds `claim`: its cluster, container and interface, made on this host. */
-const holds = (claim: IPClaim, a: Attachment) => isHeldBy(claim, a) && !recordsAnother(claim, a);
+/**
+ * A DEL that failed before it could ask Milo (its token, CA or client
+ * certificate unreadable, a refused network config, a Milo client that could
+ * not start): the claims the node recorded for the attachment and those the
+ * network config names, when it parsed, are journaled under the attachment's
+ * lock, so `milo-ipam reconcile` releases them once Milo can be reached (a
+ * runtime such as galactic's masters never repeats a failed DEL). Answers a
+ * note for the error, or undefined when no claim of it can be named.
+ */
+export async function journalUnreached(
+  node: NodeConfig,
+  env: CniEnv,
+  conf: NetConf | undefined,
+  error: string,
+  now: number,
+): Promise<string | undefined> {
+  let a: Attachment;
+  try {
+    a = conf ? attachmentOf(node, conf, env) : {
+      cluster: node.cluster,
+      node: node.node,
+      host: hostId(node),
+      network: "",
+      containerId: env.containerId,
+      ifname: env.ifname,
+      podNamespace: env.args.K8S_POD_NAMESPACE || undefined,
+    };
+  } catch {
+    return undefined;
+  }
+  const lock = await lockAttachment(node.stateDir, a);
+  try {
+    const record = ownRecord(new Holdings(node.stateDir), a);
+    if (!conf) a.network = record?.network ?? "";
+    const named = conf && canName(a) ? familiesOf(conf.network).map((f) => claimName(a, f)) : [];
+    const claims = [...new Set([...named, ...(record?.claims ?? []).map((c) => c.name)])]
+      .map((name) => {
+        const uid = uidOf(record, name);
+        return uid ? { name, uid } : { name };
+      });
+    if (!claims.length) return undefined;
+    const journal = new Journal(node.stateDir);
+    // After an ADD in doubt its creates may land later: an in-doubt entry waits for them.
+    const path = record?.state === "adding"
+      ? await journal.recordDoubt(a, claims.map((c) => c.name), now)
+      : await journal.record(a, claims, error, now);
+    return `journaled for release by milo-ipam reconcile (${path})`;
+  } catch (err) {
+    return `could not be journaled: ${errorText(err)}`;
+  } finally {
+    lock.close();
+  }
+}

@@ -1,4 +1,4 @@
-import { holderOf, isSharedName, nodeSelector } from "./claims.ts";
+import { holderOf, nodeSelector, notHeldHere } from "./claims.ts";
 import { isPlainObject } from "./cni.ts";
 import type { NetworkConfig } from "./config.ts";
 import { attachmentKey } from "./netconf.ts";
@@ -7,6 +7,7 @@ import { FAMILIES, miloFamily } from "./ip.ts";
 import type { Handler, Invocation } from "./invocation.ts";
 import { isLive, readLive } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
+import type { Release } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
@@ -20,8 +21,9 @@ const DELETE_CONCURRENCY = 8;
  * lib/liveness.ts), which no ADD on this node may still be making, and which
  * are at least `gc.minAgeS` old on Milo's own clock (the LIST's `Date`
  * against `creationTimestamp`; the node's clock plays no part). A claim
- * without a readable creation time is kept. Keeps going past errors and
- * reports them all; prints nothing on success.
+ * without a readable creation time or a uid is kept. Each is released under
+ * its attachment's lock (see {@link releaseStale}). Keeps going past errors
+ * and reports them all; prints nothing on success.
  */
 export const gc: Handler = async (inv) => {
   const valid = inv.conf.validAttachments;
@@ -46,39 +48,59 @@ export const gc: Handler = async (inv) => {
       return false;
     }
     if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
-    // A claim another sandbox may make again is released by its uid only.
-    if (!c.metadata.uid && isSharedName(c.metadata.name)) return false;
+    // Released by its uid only: a claim without one is left.
+    if (!c.metadata.uid) return false;
     // Both clocks of Milo count whole seconds (`Date`, and `creationTimestamp` as Kubernetes
     // stamps it): compare them at that resolution.
     const created = Math.floor(Date.parse(c.metadata.creationTimestamp ?? "") / 1000) * 1000;
     return !Number.isNaN(created) && miloNow - created >= minAgeMs;
-  });
+  }).map((c) => ({ c, record: recordOf(inv, c) }));
   const claims: string[] = [];
   const failures: CniError[] = [];
   for (let i = 0; i < stale.length; i += DELETE_CONCURRENCY) {
     const r = await attemptAll(
       stale.slice(i, i + DELETE_CONCURRENCY),
-      (c: IPClaim) =>
-        c.metadata.uid
-          ? inv.milo.releaseClaim(c.metadata.name, c.metadata.uid)
-          : inv.milo.deleteClaim(c.metadata.name),
-      (c) => `release of ${c.metadata.name} failed`,
+      (s) => releaseStale(inv, s.c, s.record),
+      (s) => `release of ${s.c.metadata.name} failed`,
     );
-    claims.push(...r.done.map((c) => c.metadata.name));
+    claims.push(...r.done.map((s) => s.c.metadata.name));
     failures.push(...r.failures);
-    for (const c of r.done) await forgetReleased(inv, c);
   }
   if (failures.length) throw combineErrors(failures);
   return { claims };
 };
 
-/** Drops a released claim from the node's record, under its attachment's lock. */
-async function forgetReleased(inv: Invocation, c: IPClaim): Promise<void> {
+/** The attachment key of a claim's holder on this node. */
+function keyOf(inv: Invocation, c: IPClaim) {
   const h = holderOf(c);
-  const key = { cluster: inv.attachment.cluster, containerId: h.containerId!, ifname: h.ifname! };
+  return { cluster: inv.attachment.cluster, containerId: h.containerId!, ifname: h.ifname! };
+}
+
+/** What the node's record says of a claim's attachment (its last ADD), when GC judged it. */
+function recordOf(inv: Invocation, c: IPClaim): string {
+  const h = inv.holdings.read(keyOf(inv, c));
+  return h ? `${h.state} ${h.addId}` : "none";
+}
+
+/**
+ * Releases a stale claim under its attachment's lock, only while no ADD of
+ * the attachment was recorded since GC judged it (`record`) and Milo's claim
+ * is still the object listed, this host's; then drops it from the node's
+ * record. No ADD or DEL of the attachment runs meanwhile, so the name is not
+ * made again between the GET and the DELETE (see MiloClient.releaseIf).
+ */
+async function releaseStale(inv: Invocation, c: IPClaim, record: string): Promise<Release> {
+  const key = keyOf(inv, c);
   const lock = await lockAttachment(inv.node.stateDir, key);
   try {
-    inv.holdings.forget(key, [c.metadata.name]);
+    if (recordOf(inv, c) !== record) return "changed";
+    const a = { ...inv.attachment, ...key };
+    const r = await inv.milo.releaseIf(
+      c.metadata.name,
+      (x) => x.metadata.uid === c.metadata.uid && !notHeldHere(x, a),
+    );
+    if (r !== "changed") inv.holdings.forget(key, [c.metadata.name]);
+    return r;
   } finally {
     lock.close();
   }

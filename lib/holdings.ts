@@ -5,8 +5,12 @@
  *
  * - before an ADD sends its creates: `adding`, with the ADD's call id;
  * - once the ADD succeeded: `held`, with the claims' uids;
- * - removed when a DEL released the claims; put back as it was when an ADD
- *   failed and Milo answered every create it sent.
+ * - removed when a DEL released the claims (or journaled them); put back as
+ *   it was when an ADD failed and Milo answered every create it sent.
+ *
+ * Each names the host and the boot its ADD ran in (lib/host.ts): a record
+ * copied to another machine is not that machine's, and the sandbox of a
+ * record from an earlier boot died with it.
  *
  * An `adding` record left behind (the plugin was killed, or a create went
  * unanswered) tells the DEL after it that a claim may still appear: it
@@ -43,6 +47,11 @@ export interface Holding {
   cluster: string;
   /** The host that wrote it (lib/host.ts): a record copied to another machine is not its own. */
   host?: string;
+  /**
+   * The boot its ADD ran in (lib/host.ts `bootId`): the sandbox that holds the
+   * claims of a record from an earlier boot died with that boot.
+   */
+  boot?: string;
   network: string;
   containerId: string;
   ifname: string;
@@ -170,7 +179,15 @@ export class Holdings {
     const h = this.read(a);
     if (h?.claims.some((c) => c.name === claim.name)) return;
     const claims = [...(h?.claims ?? []), claim];
-    this.#write(a, { ...fields(a, claims), state: "held", addId: h?.addId ?? "listed", at: now });
+    // Found in Milo: the boot its sandbox ran in is known only from a record made by its ADD.
+    const boot = h?.boot ? { boot: h.boot } : {};
+    this.#write(a, {
+      ...fields({ ...a, boot: undefined }, claims),
+      ...boot,
+      state: "held",
+      addId: h?.addId ?? "listed",
+      at: now,
+    });
   }
 
   /** Drops `names` from the record of `a` (removing it when none is left); the caller holds its lock. */
@@ -208,8 +225,16 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  const { cluster, host, network, containerId, ifname } = a;
-  return { cluster, ...(host ? { host } : {}), network, containerId, ifname, claims };
+  const { cluster, host, boot, network, containerId, ifname } = a;
+  return {
+    cluster,
+    ...(host ? { host } : {}),
+    ...(boot ? { boot } : {}),
+    network,
+    containerId,
+    ifname,
+    claims,
+  };
 }
 
 /** The file marking that the node's claims were listed from Milo into the record. */

@@ -70,3 +70,22 @@ function ownId(stateDir: string): string {
     }
   }
 }
+
+/** What a boot id looks like: the kernel's random UUID. */
+const BOOT_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * The kernel's id of the current boot (`bootIdFile`,
+ * `/proc/sys/kernel/random/boot_id`, made afresh at every boot and the same
+ * in every container of the machine), or undefined when it cannot be read: a
+ * record of the node's claims names the boot its ADD ran in, and every
+ * sandbox of an earlier boot died with it.
+ */
+export function bootId(node: Pick<NodeConfig, "bootIdFile">): string | undefined {
+  try {
+    const text = Deno.readTextFileSync(node.bootIdFile).trim();
+    return BOOT_ID.test(text) ? text : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -8,9 +8,9 @@ import { check } from "./check.ts";
 import { attachmentOf, canName } from "./claims.ts";
 import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
-import { parseNetConf } from "./netconf.ts";
-import { del } from "./del.ts";
-import { toCniError } from "./errors.ts";
+import { type NetConf, parseNetConf } from "./netconf.ts";
+import { del, journalUnreached } from "./del.ts";
+import { CniError, toCniError } from "./errors.ts";
 import { gc } from "./gc.ts";
 import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
@@ -87,6 +87,11 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
   const record: Record<string, unknown> = { verb: req.env("CNI_COMMAND") ?? null };
   let node: NodeConfig | undefined;
   let milo: MiloClient | undefined;
+  let cni: ReturnType<typeof readCniEnv> | undefined;
+  let conf: NetConf | undefined;
+  /** Set once the node state is known to be in a format this release writes. */
+  let stateOk = false;
+  let handled = false;
   const finish = (r: Omit<Reply, "record" | "node">, extra: Record<string, unknown>): Reply => ({
     ...r,
     node,
@@ -101,7 +106,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     const verb = parseVerb(req.env("CNI_COMMAND"));
     const stdin = decodeStdin(req.stdin);
     if (verb === "VERSION") return finish({ exitCode: 0, stdout: version(stdin) }, {});
-    const cni = readCniEnv(req.env);
+    cni = readCniEnv(req.env);
     record.containerId = cni.containerId || undefined;
     record.ifname = cni.ifname || undefined;
     const pod = cni.args.K8S_POD_NAME;
@@ -109,8 +114,9 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     node = await deps.nodeConfig();
     record.node = node.node;
     requireStateFormat(node.stateDir);
+    stateOk = true;
     cniVersion = versionOf(stdin);
-    const conf = parseNetConf(stdin, node, verb);
+    conf = parseNetConf(stdin, node, verb);
     record.network = conf.name;
     const t = conf.network.timeouts;
     const final = req.started + t.totalMs;
@@ -134,6 +140,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       now,
     };
     if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
+    handled = true;
     const r = await HANDLERS[verb](inv);
     const skipped = r.skipped ? { skipped: r.skipped } : {};
     return finish({ exitCode: 0, stdout: r.output }, {
@@ -142,7 +149,12 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       ...skipped,
     });
   } catch (err) {
-    const e = toCniError(err);
+    let e = toCniError(err);
+    if (!handled && record.verb === "DEL" && req.undoOf === undefined && node && cni && stateOk) {
+      // A release that never reached Milo is owed all the same (see lib/del.ts).
+      const note = await journalUnreached(node, cni, conf, e.message, now());
+      if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
+    }
     return finish({ exitCode: 1, stdout: encodeError(cniVersion, e) }, {
       outcome: "error",
       code: e.code,

@@ -39,12 +39,14 @@ export interface JournalClaim {
 export interface JournalEntry {
   cluster: string;
   node: string;
+  /** The host that wrote it (lib/host.ts): an entry copied to another machine is not its own. */
+  host?: string;
   network: string;
   /** The pod's namespace: whose share of the journal the entry counts against. */
   podNamespace?: string;
   containerId: string;
   ifname: string;
-  /** When the release first failed (ms since epoch). */
+  /** When the release first failed (ms since epoch, the node's clock). */
   created: number;
   claims: JournalClaim[];
   attempts: number;
@@ -303,10 +305,11 @@ function entryOf(
   claims: JournalClaim[],
   lastError: string,
 ): JournalEntry {
-  const { cluster, node, network, containerId, ifname, podNamespace } = a;
+  const { cluster, node, host, network, containerId, ifname, podNamespace } = a;
   return {
     cluster,
     node,
+    ...(host ? { host } : {}),
     network,
     ...(podNamespace ? { podNamespace } : {}),
     containerId,

@@ -154,7 +154,7 @@ export class Metrics {
       ...family(
         "milo_ipam_reconcile_releases_total",
         "counter",
-        "Claims the reconcile timer released, by path (journal or orphan).",
+        "Claims the reconcile timer released, by path (journal, orphan or boot).",
         this.reconcileReleases.lines("milo_ipam_reconcile_releases_total"),
       ),
       ...family(

@@ -3,6 +3,7 @@
  * bounded jittered retries, no redirects, Status-aware errors, and the
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
+import { isSharedName } from "./claims.ts";
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
 import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import {
@@ -58,6 +59,10 @@ export interface ClaimList {
   items: IPClaim[];
   serverTime: number;
 }
+
+/** Why a claim of a name other sandboxes make again is not deleted under reclaimPolicy Delete. */
+const SHARED_DELETE = "name other sandboxes make again: Milo deletes by name, and an address " +
+  "freed in place of a newer claim could not be given back; left alone";
 
 /** What releasing a claim by name and uid found. */
 export type Release = "released" | "absent" | "changed";
@@ -164,8 +169,16 @@ export class MiloClient {
 
   /** GETs a claim, or `null` when Milo has none of that name. */
   async getClaim(name: string): Promise<IPClaim | null> {
+    return (await this.getClaimAt(name)).claim;
+  }
+
+  /**
+   * {@link getClaim}, with Milo's clock when it answered (its `Date` header;
+   * NaN without one): a claim's age on Milo's own clock.
+   */
+  async getClaimAt(name: string): Promise<{ claim: IPClaim | null; serverTime: number }> {
     const a = await this.#call("GET", this.#claimsPath(name), undefined, [200, 404], name);
-    if (a.status === 404) return null;
+    if (a.status === 404) return { claim: null, serverTime: a.date };
     const claim = parse(IPClaimSchema, a.body, "IPClaim");
     if (claim.metadata.name !== name) {
       // Every decision on a claim (adopt, release by uid, keep) is about the one asked for.
@@ -175,7 +188,7 @@ export class MiloClient {
         `metadata.name=${JSON.stringify(clip(claim.metadata.name, 80))}`,
       );
     }
-    return claim;
+    return { claim, serverTime: a.date };
   }
 
   /** DELETEs a claim: `released` on 200/202, `absent` on 404. */
@@ -194,19 +207,28 @@ export class MiloClient {
   }
 
   /**
-   * Releases the claim `name` only when a fresh GET finds it `mine` (else
-   * `changed`), and only while it is that object: the DELETE carries its uid
-   * as a precondition. Milo does not check it (`AllocatingREST.Delete` reads
-   * the claim by name), so the DELETE's answer is checked too: a claim of
-   * the same name made between the GET and the DELETE (another holder's) is
-   * made again at once, as it was (`changed`), and a failure to is an error
-   * naming it. A claim without a uid is never released this way.
+   * Releases the claim `name` only when a fresh GET finds it `mine` (given
+   * Milo's clock of the answer; else `changed`), its uid the DELETE's
+   * precondition, which Milo ignores (`AllocatingREST.Delete` reads by name).
+   * A name other sandboxes make again is deleted only under Retain: one made
+   * again before the DELETE and deleted in its place is made again at once,
+   * re-bound to its address (`changed`); under Delete it is left (`note`). An
+   * attachment's name is made again only under its lock, which callers hold;
+   * made again all the same, it is remade pinned, or an error names both uids.
    */
-  async releaseIf(name: string, mine: (claim: IPClaim) => boolean): Promise<Release> {
-    const now = await this.getClaim(name);
+  async releaseIf(
+    name: string,
+    mine: (claim: IPClaim, serverTime: number) => boolean,
+    note: (why: string) => void = () => {},
+  ): Promise<Release> {
+    const { claim: now, serverTime } = await this.getClaimAt(name);
     if (!now) return "absent";
     const uid = now.metadata.uid;
-    if (!uid || !mine(now)) return "changed";
+    if (!uid || !mine(now, serverTime)) return "changed";
+    if (isSharedName(name) && now.spec.reclaimPolicy !== "Retain") {
+      note(`reclaimPolicy ${now.spec.reclaimPolicy ?? "(the class's)"} under a ${SHARED_DELETE}`);
+      return "changed";
+    }
     const options = { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid } };
     const path = this.#claimsPath(name);
     const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], name);
@@ -219,6 +241,7 @@ export class MiloClient {
     const gone = IPClaimSchema.safeParse(a.body).data;
     if (!gone?.metadata.uid || gone.metadata.uid === uid) return "released";
     await this.#remake(gone, uid);
+    note(`the DELETE removed a newer claim of that name (uid ${gone.metadata.uid}): made again`);
     return "changed";
   }
 

@@ -11,7 +11,10 @@
  *    recorded, is still absent from the caches and in Milo still this host's
  *    claim of that attachment (same uid, released with it as a precondition);
  *    and never while a brake holds (an empty live set, or one shrunk under
- *    half of the last clean run's), unless forced. Milo is listed only when
+ *    half of the last clean run's), unless forced. A claim of a record an ADD
+ *    of an earlier boot wrote (lib/host.ts `bootId`) whose container no cache
+ *    names is released at once, past the brakes: every sandbox of that boot
+ *    died with it. Milo is listed only when
  *    the node has no record yet (its first run, a lost `stateDir`): its
  *    host's claims are added to the record, claims of another host under this
  *    node name are reported, and claims that record no host are left alone.
@@ -20,7 +23,7 @@ import { holderOf, nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
 import { type Holding, Holdings } from "./holdings.ts";
-import { hostId } from "./host.ts";
+import { bootId, hostId } from "./host.ts";
 import { writeAtomic } from "./journal.ts";
 import {
   type Brake,
@@ -33,7 +36,8 @@ import {
   stateFileOf,
 } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
-import type { MiloClient } from "./milo.ts";
+import type { MiloClient, Release } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 import { finishJournal, type JournalReport } from "./reconcile_journal.ts";
 
 /** What one reconcile run decided for each claim. */
@@ -56,7 +60,8 @@ export interface ReconcileReport {
   otherHosts: { host: string; claims: number }[];
   released: {
     claim: string;
-    via: "journal" | "orphan";
+    /** The journal, the liveness rule, or a record from an earlier boot. */
+    via: "journal" | "orphan" | "boot";
     network?: string;
     containerId?: string;
     ifname?: string;
@@ -86,6 +91,8 @@ interface Recorded {
   uid?: string;
   address?: string;
   h: Holding;
+  /** Recorded by an ADD of an earlier boot: its sandbox died with that boot. */
+  earlierBoot: boolean;
 }
 
 /** One reconcile pass; the state file carries the previous observation. */
@@ -125,13 +132,20 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const previous = await readState(stateFileOf(node), now());
   const next: State = { absent: {}, baseline: previous.baseline };
   const candidates: Recorded[] = [];
+  const dead: Recorded[] = [];
   let absent = 0;
-  for (const c of recorded(holdings, host, now())) {
+  for (const c of recorded(holdings, host, bootId(node), now())) {
     const { name, h } = c;
     if (journaled.has(name)) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
     if (isLive(live, h.containerId)) {
       keep("live: a result cache names its container");
+      continue;
+    }
+    if (c.earlierBoot) {
+      // Proven dead, not judged absent: neither a second observation nor a brake waits for it.
+      absent++;
+      dead.push(c);
       continue;
     }
     const seen = previous.absent[name]?.uid === c.uid ? previous.absent[name] : undefined;
@@ -152,8 +166,9 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     }
   } else {
     if (!absent || o.force) next.baseline = { live: live.containers.size, at: now() };
-    await releaseOrphans(o, milo, caches, holdings, host, candidates, next, report);
+    await releaseOrphans(o, milo, caches, holdings, host, candidates, next, report, "orphan");
   }
+  await releaseOrphans(o, milo, caches, holdings, host, dead, next, report, "boot");
   await Deno.mkdir(node.stateDir, { recursive: true });
   await writeAtomic(stateFileOf(node), next);
   return report;
@@ -162,14 +177,22 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
 /**
  * The claims of the record this host wrote: held, or added by an ADD whose
  * deadline has passed (its claims may exist; an ADD still running is left to
- * itself).
+ * itself), each marked when its ADD ran in another boot than `boot`.
  */
-function recorded(holdings: Holdings, host: string, now: number): Recorded[] {
+function recorded(
+  holdings: Holdings,
+  host: string,
+  boot: string | undefined,
+  now: number,
+): Recorded[] {
   const out: Recorded[] = [];
   for (const { h } of holdings.all()) {
     if (h.host !== undefined && h.host !== host) continue;
-    if (h.state === "adding" && now < (h.until ?? 0)) continue;
-    for (const c of h.claims) out.push({ name: c.name, uid: c.uid, address: c.address, h });
+    const earlierBoot = !!boot && !!h.boot && h.boot !== boot;
+    if (h.state === "adding" && now < (h.until ?? 0) && !earlierBoot) continue;
+    for (const c of h.claims) {
+      out.push({ name: c.name, uid: c.uid, address: c.address, h, earlierBoot });
+    }
   }
   return out;
 }
@@ -232,6 +255,7 @@ async function releaseOrphans(
   candidates: Recorded[],
   next: State,
   report: ReconcileReport,
+  via: "orphan" | "boot",
 ): Promise<void> {
   if (!candidates.length) return;
   const again = await caches.read();
@@ -283,7 +307,7 @@ async function releaseOrphans(
       }
       report.released.push({
         claim: name,
-        via: "orphan",
+        via,
         network: h.network,
         containerId: h.containerId,
         ifname: h.ifname,
@@ -307,16 +331,16 @@ async function releaseOwn(
   milo: MiloClient,
   c: Recorded,
   host: string,
-): Promise<"released" | "absent" | "changed"> {
+): Promise<Release> {
+  const ours = (claim: IPClaim) => {
+    const h = holderOf(claim);
+    return h.host === host && h.containerId === c.h.containerId && h.ifname === c.h.ifname &&
+      (!c.uid || c.uid === claim.metadata.uid);
+  };
+  if (!o.dryRun) return await milo.releaseIf(c.name, ours);
   const current = await milo.getClaim(c.name);
   if (!current) return "absent";
-  const h = holderOf(current);
-  const uid = current.metadata.uid;
-  const ours = h.host === host && h.containerId === c.h.containerId && h.ifname === c.h.ifname &&
-    (!c.uid || c.uid === uid);
-  if (!ours || !uid) return "changed";
-  if (o.dryRun) return "released";
-  return await milo.releaseClaim(c.name, uid);
+  return ours(current) && current.metadata.uid ? "released" : "changed";
 }
 
 /** Exit status of a run: 0 done, 1 errors or journal entries left, 2 a brake held. */

@@ -2,15 +2,18 @@
  * The release journal's part of `milo-ipam reconcile`: claims a DEL (or an
  * ADD's rollback) failed to release are released now. The journal is the
  * runtime's own word that the attachment is gone, so a stale result-cache
- * entry does not keep them. An in-doubt entry (a create that may land after
- * its DEL) is kept until `grace` after it was written, releasing its claims
- * whenever they appear.
+ * entry does not keep them, and no brake holds them. An in-doubt entry (a
+ * create that may land after its DEL) is kept until `grace` after it was
+ * written, releasing its claims whenever they appear.
  */
-import { holderOf, isSharedName } from "./claims.ts";
+import { notHeldHere } from "./claims.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
+import { hostId } from "./host.ts";
 import { Journal, type JournalClaim, type JournalEntry } from "./journal.ts";
-import type { MiloClient, Release } from "./milo.ts";
+import { lockAttachment } from "./lockfile.ts";
+import type { MiloClient } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
 import type { ReconcileOptions, ReconcileReport } from "./reconcile.ts";
 
 /** A journal entry the run could not finish. */
@@ -26,8 +29,13 @@ export interface JournalReport {
 /**
  * Finishes the release journal: each entry's claims released (see
  * {@link releaseJournaled}), kept with its attempt count and last error, or
- * dropped; an entry whose claims are all dealt with drops the attachment's
- * record too. Answers the claim names it dealt with.
+ * dropped, under the attachment's lock and then the entry's (the order ADD
+ * and DEL take them in: no call of the attachment runs meanwhile). What is
+ * released, gone, or not this host's leaves the node's record; a claim made
+ * after the entry stays in it for the liveness rule to judge. An entry
+ * another host wrote (a state directory copied with a disk image) is that
+ * host's: dropped here, its claims left alone. Answers the claim names it
+ * dealt with.
  */
 export async function finishJournal(
   o: ReconcileOptions,
@@ -36,6 +44,8 @@ export async function finishJournal(
   report: ReconcileReport,
 ): Promise<Set<string>> {
   const journal = new Journal(o.node.stateDir);
+  const holdings = new Holdings(o.node.stateDir);
+  const host = hostId(o.node);
   const names = new Set<string>();
   for (const { path, entry, error } of await journal.list()) {
     if (!entry) {
@@ -47,43 +57,81 @@ export async function finishJournal(
       report.journal.push({ ...summary(path, entry), lastError: "dry run: not attempted" });
       continue;
     }
-    await journal.whileLocked(path, async (entry) => {
-      const left: JournalClaim[] = [];
-      const waiting: JournalClaim[] = [];
-      let lastError = entry.lastError;
-      for (const c of entry.claims) {
-        try {
-          const r = await releaseJournaled(milo(), c, entry, o.graceMs, now);
-          if (r === "awaited") {
-            waiting.push(c);
-            const until = new Date(entry.created + o.graceMs).toISOString();
-            report.kept.push({ claim: c.name, reason: `journal entry in doubt until ${until}` });
-          } else if (r === "released") {
-            report.released.push({
+    const lock = await lockAttachment(o.node.stateDir, entry);
+    try {
+      await journal.whileLocked(path, async (entry) => {
+        if (entry.host !== undefined && entry.host !== host) {
+          for (const c of entry.claims) {
+            report.kept.push({
               claim: c.name,
-              via: "journal",
-              network: entry.network,
-              containerId: entry.containerId,
-              ifname: entry.ifname,
+              reason: `journal entry written by host ${entry.host} (a copied state directory): ` +
+                "left to that host; entry dropped",
             });
-          } else report.kept.push({ claim: c.name, reason: `journal entry: claim ${r}` });
-        } catch (err) {
-          left.push(c);
-          lastError = toCniError(err).message;
+          }
+          await journal.update(path, null);
+          return;
         }
-      }
-      const rest = left.length
-        ? { ...entry, claims: [...left, ...waiting], attempts: entry.attempts + 1, lastError }
-        : waiting.length
-        ? { ...entry, claims: waiting }
-        : null;
-      await journal.update(path, rest);
-      if (!rest) new Holdings(o.node.stateDir).forget(entry, entry.claims.map((c) => c.name));
-      if (left.length) report.journal.push({ ...summary(path, rest!), lastError });
-    });
+        await finishEntry(o, milo, now, report, { journal, holdings, host, path, entry });
+      });
+    } finally {
+      lock.close();
+    }
   }
   if (!o.dryRun) await journal.countOwed();
   return names;
+}
+
+/** One entry of this host, its locks held. */
+async function finishEntry(
+  o: ReconcileOptions,
+  milo: () => MiloClient,
+  now: () => number,
+  report: ReconcileReport,
+  x: { journal: Journal; holdings: Holdings; host: string; path: string; entry: JournalEntry },
+): Promise<void> {
+  const { entry, holdings } = x;
+  const left: JournalClaim[] = [];
+  const waiting: JournalClaim[] = [];
+  const done: string[] = [];
+  let lastError = entry.lastError;
+  for (const c of entry.claims) {
+    try {
+      const r = await releaseJournaled(milo(), c, entry, x.host, o.graceMs, now);
+      if (r.outcome === "awaited") {
+        waiting.push(c);
+        const until = new Date(entry.created + o.graceMs).toISOString();
+        report.kept.push({ claim: c.name, reason: `journal entry in doubt until ${until}` });
+        continue;
+      }
+      if (r.outcome === "newer") {
+        // Not the release owed: the node's record keeps it, and the liveness rule judges it.
+        if (r.claim) {
+          const a = { ...entry, host: x.host };
+          holdings.adopt(a, { name: c.name, uid: r.claim.metadata.uid }, now());
+        }
+      } else done.push(c.name);
+      if (r.outcome === "released") {
+        report.released.push({
+          claim: c.name,
+          via: "journal",
+          network: entry.network,
+          containerId: entry.containerId,
+          ifname: entry.ifname,
+        });
+      } else report.kept.push({ claim: c.name, reason: `journal entry: claim ${r.why}` });
+    } catch (err) {
+      left.push(c);
+      lastError = toCniError(err).message;
+    }
+  }
+  const rest = left.length
+    ? { ...entry, claims: [...left, ...waiting], attempts: entry.attempts + 1, lastError }
+    : waiting.length
+    ? { ...entry, claims: waiting }
+    : null;
+  await x.journal.update(x.path, rest);
+  holdings.forget(entry, done);
+  if (left.length) report.journal.push({ ...summary(x.path, rest!), lastError });
 }
 
 function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"> {
@@ -96,32 +144,60 @@ function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"
   };
 }
 
+/** What became of one journaled claim, and why when it was not released. */
+interface Judged {
+  outcome: "released" | "absent" | "changed" | "newer" | "awaited";
+  why?: string;
+  /** The claim kept as newer than the entry. */
+  claim?: IPClaim;
+}
+
 /**
  * Releases one journaled claim, only while it is the object the failed call
- * saw: the same uid when it was known, else a claim of the same attachment
- * created before the entry (a newer claim of the same name is never
- * released), or, in doubt, before the entry's grace ends (`awaited` while it
- * is absent and the grace runs).
+ * saw and judged this host's claim of the entry's attachment (its uid), or,
+ * another or none known, this host's claim of that attachment created before
+ * the entry (or, in doubt, before its grace ends). Both ages are told on one
+ * clock each: the claim's on Milo's (its creation against the answer's
+ * `Date`, whole seconds), the entry's on the node's; a claim within a second
+ * of the entry counts as newer. An absent claim is `awaited` while an entry
+ * in doubt's grace runs (the node's clock on both sides).
  */
 async function releaseJournaled(
   milo: MiloClient,
   c: JournalClaim,
   entry: JournalEntry,
+  host: string,
   graceMs: number,
   now: () => number,
-): Promise<Release | "newer than the entry" | "awaited"> {
-  if (c.uid) return await milo.releaseClaim(c.name, c.uid);
-  const until = entry.created + (entry.inDoubt ? graceMs : 0);
-  const current = await milo.getClaim(c.name);
-  if (!current) return entry.inDoubt && now() < until ? "awaited" : "absent";
-  const h = holderOf(current);
-  const created = Date.parse(current.metadata.creationTimestamp ?? "");
-  const same = h.cluster === entry.cluster && h.containerId === entry.containerId &&
-    h.ifname === entry.ifname;
-  if (!same || Number.isNaN(created) || created > until) return "newer than the entry";
-  if (!current.metadata.uid) {
-    // A claim another sandbox may make again is released by its uid only.
-    return isSharedName(c.name) ? "changed" : await milo.deleteClaim(c.name);
+): Promise<Judged> {
+  const a = { ...entry, host };
+  const why: string[] = [];
+  let newer: IPClaim | undefined;
+  const r = await milo.releaseIf(c.name, (claim, serverTime) => {
+    // The object the failed call judged this host's claim of the attachment.
+    if (c.uid && claim.metadata.uid === c.uid) return true;
+    const not = notHeldHere(claim, a);
+    if (not) {
+      why.push(`${not}: left to that host`);
+      return false;
+    }
+    const created = Date.parse(claim.metadata.creationTimestamp ?? "");
+    const claimAge = serverTime - Math.floor(created / 1000) * 1000;
+    const entryAge = now() - entry.created - (entry.inDoubt ? graceMs : 0);
+    if (claimAge - 1_000 >= entryAge) return true;
+    newer = claim;
+    why.push(
+      Number.isNaN(claimAge)
+        ? "of unknown age on Milo's clock (no creation time or Date): kept in the node's record"
+        : "newer than the entry: kept in the node's record",
+    );
+    return false;
+  }, (w) => why.push(w));
+  if (r === "absent") {
+    const waiting = entry.inDoubt && now() < entry.created + graceMs;
+    return waiting ? { outcome: "awaited" } : { outcome: "absent", why: "absent" };
   }
-  return await milo.releaseClaim(c.name, current.metadata.uid);
+  if (r === "released") return { outcome: "released" };
+  if (newer) return { outcome: "newer", why: why.join("; "), claim: newer };
+  return { outcome: "changed", why: why.join("; ") || "changed" };
 }

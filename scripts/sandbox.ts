@@ -149,6 +149,7 @@ export async function planSandbox(o: SandboxOptions): Promise<{
     ...secrets,
     ...node.resultsDirs,
     node.hostIdFile,
+    node.bootIdFile,
     node.stateDir,
     dirname(node.log.file),
   ];

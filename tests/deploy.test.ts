@@ -19,7 +19,7 @@ import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { ClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
 import { ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding";
-import { parseNodeConfig } from "../lib/config.ts";
+import { DEFAULT_BOOT_ID_FILE, parseNodeConfig } from "../lib/config.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
@@ -315,7 +315,11 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   const g = (await planSandbox({ dir: "/opt/cni/bin", config: `${OVERLAY}/node.json` })).grants;
   const mountOf = (p: string) =>
     main.volumeMounts.find((m: Any) => host.has(m.name) && isInside(p, m.mountPath));
-  const read = [...g.read.filter((p) => p !== `${OVERLAY}/node.json`), "/etc/milo-ipam/node.json"];
+  // The boot id is the kernel's: every container's /proc shows the host's.
+  const read = [
+    ...g.read.filter((p) => p !== `${OVERLAY}/node.json` && p !== DEFAULT_BOOT_ID_FILE),
+    "/etc/milo-ipam/node.json",
+  ];
   for (const p of read) assert.ok(mountOf(p), `the agent mounts ${p}, which its sandbox reads`);
   for (const p of g.write) assert.ok(mountOf(p) && !mountOf(p).readOnly, `${p} writable`);
   assert.ok(read.includes(supportDir("/opt/cni/bin")), "the plugin's code, read-only");

@@ -1,6 +1,8 @@
 /** GC in-process: the handler over a real MiloClient answering from the in-memory stub. */
 import assert from "node:assert/strict";
+import { add } from "../lib/add.ts";
 import { KEYS, nodeSelector } from "../lib/claims.ts";
+import { formatCidr, parseCidr } from "../lib/ip.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { gc } from "../lib/gc.ts";
 import { Holdings } from "../lib/holdings.ts";
@@ -298,5 +300,32 @@ Deno.test("GC keeps a claim whose container a result cache names (another runtim
     const r = await gc(gcInv(stub, dir, VALID));
     assert.deepEqual(r.claims.sort(), names(w.otherIf));
     for (const c of w.gone) assert.ok(stub.get(c.metadata.name), "its container is cached: live");
+  });
+});
+
+Deno.test("GC releases under the attachment's lock: an ADD of it meanwhile waits, and Milo keeps what it printed", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const w = world(dir, stub);
+    const [g4] = w.gone;
+    let adding: Promise<{ output?: Json }> | undefined;
+    // The runtime ADDs the attachment again (a restarted container keeps its ID) while GC,
+    // having judged it from the LIST, reads its claim before the DELETE.
+    stub.inject({
+      method: "GET",
+      path: `/ipclaims/${g4.metadata.name}`,
+      answer: async () => {
+        adding = add(invocation(stub, { command: "ADD", stateDir: dir, containerId: "gone" }));
+        for (let i = 0; i < 50; i++) await new Promise((r) => setTimeout(r, 0));
+        return undefined;
+      },
+    });
+    await gc(gcInv(stub, dir, VALID));
+    const canonical = (cidr?: string) => cidr ? formatCidr(parseCidr(cidr)!) : "(no claim)";
+    const printed = ((await adding!).output?.ips as { address: string }[])
+      .map((ip) => canonical(ip.address)).sort();
+    const held = w.gone.map((c) => canonical(stub.get(c.metadata.name)?.status.allocatedCIDR))
+      .sort();
+    assert.deepEqual(held, printed, "every address the ADD printed is its claim in Milo");
   });
 });

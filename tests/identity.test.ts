@@ -344,7 +344,7 @@ Deno.test("pod identity: a DEL from another host with the same container ID rele
     const held = stub.all()[0];
     const r = await del(sandbox(inv, "DEL", CID_A, "uid-1"));
     assert.deepEqual(r.claims, []);
-    assert.match(r.skipped ?? "", /held by another sandbox, left alone/);
+    assert.match(r.skipped ?? "", /left alone: .*recorded for host host-two, not this one/);
     assert.equal(deletes(stub), 0);
     assert.equal(stub.all()[0].metadata.uid, held.metadata.uid);
   });
@@ -443,12 +443,14 @@ Deno.test("stable identities are the node's to grant: an ADD without the grant i
       node: Record<string, unknown> = {},
       ns = "shop",
       command: "ADD" | "DEL" = "ADD",
+      containerId?: string,
     ) =>
       inv({
         command,
         ipam: { ...V4, ...ipam },
         node,
         args: { K8S_POD_NAMESPACE: ns, K8S_POD_NAME: "db-0" },
+        containerId,
       });
     for (const ipam of [POD, SLOT]) {
       const e = await rejectsWith(
@@ -465,7 +467,8 @@ Deno.test("stable identities are the node's to grant: an ADD without the grant i
     await rejectsWith(add(ask(SLOT, only({ namespace: "shop", identity: "pod" }))), 7);
     assert.equal(stub.requests.length, 0, "refused before any request");
     await add(ask(POD, only({ namespace: "shop", identity: "pod" })));
-    await add(ask(SLOT, only({ network: "vpc-7b3e" }), "web"));
+    // Another sandbox: a DEL releases what its attachment's ADD recorded, whatever the config says.
+    await add(ask(SLOT, only({ network: "vpc-7b3e" }), "web", "ADD", CID_B));
     // A grant withdrawn: the DEL still releases what the ADD made.
     await del(ask(POD, {}, "shop", "DEL"));
     assert.equal(stub.seen("DELETE").length, 1);

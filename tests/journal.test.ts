@@ -4,6 +4,7 @@ import { add } from "../lib/add.ts";
 import { claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
 import { Holdings } from "../lib/holdings.ts";
+import { hostId } from "../lib/host.ts";
 import { IN_DOUBT, Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
 import {
   CONTAINER_ID,
@@ -24,9 +25,13 @@ const attachment = (containerId: string) => ({
   ifname: "eth0",
 });
 
+/** The host identity the stub invocations of `dir` record (one made in `dir`). */
+const hostOf = (dir: string) => hostId({ hostIdFile: `${dir}/machine-id`, stateDir: dir });
+
 /** The entry owing both claims of the default attachment (a pod in shop), by name. */
-const entryOfBoth = (created: number, lastError: string): JournalEntry => ({
+const entryOfBoth = (created: number, lastError: string, host: string): JournalEntry => ({
   ...attachment(CONTAINER_ID),
+  host,
   podNamespace: "shop",
   created,
   claims: [
@@ -48,12 +53,12 @@ Deno.test("journal: a failing DEL writes one entry (0600 in a 0700 dir) naming i
   await withTempDir(async (dir) => {
     const w = world(dir);
     const now = Date.parse("2026-12-01T12:00:00Z");
-    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    w.stub.inject({ times: FOREVER, answer: () => statusReply(503) });
     const e = await rejectsWith(del(w.inv("DEL", { now: () => now })), 11);
     const path = w.journal.pathOf(attachment(CONTAINER_ID));
     assert.ok(e.details.includes(path));
     const entry: JournalEntry = JSON.parse(await Deno.readTextFile(path));
-    assert.deepEqual(entry, entryOfBoth(now, e.message));
+    assert.deepEqual(entry, entryOfBoth(now, e.message, hostOf(dir)));
     assert.equal((await Deno.stat(path)).mode! & 0o777, 0o600);
     assert.equal((await Deno.stat(w.journal.dir)).mode! & 0o777, 0o700);
     await rejectsWith(del(w.inv("DEL", { now: () => now + 5 })), 11);
@@ -66,10 +71,11 @@ Deno.test("journal: a failing DEL writes one entry (0600 in a 0700 dir) naming i
 Deno.test("journal: a later ADD of the same attachment drops its entry, another ADD does not", async () => {
   await withTempDir(async (dir) => {
     const w = world(dir);
-    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    w.stub.inject({ times: FOREVER, answer: () => statusReply(503) });
     await rejectsWith(del(w.inv("DEL")), 11);
     await rejectsWith(del(w.inv("DEL", { containerId: "other" })), 11);
     assert.equal((await w.journal.list()).length, 2);
+    w.stub.clearFaults();
     await add(w.inv("ADD"));
     const left = await w.journal.list();
     assert.deepEqual(left.map((e) => e.entry?.containerId), ["other"]);
@@ -141,7 +147,7 @@ Deno.test("journal: never drops an entry past its share's bound; that share's AD
     assert.equal(stub.requests.length, 0, "refused before any request");
 
     const dels = invocation(stub, { command: "DEL", stateDir: dir, containerId: "e" });
-    stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    stub.inject({ times: FOREVER, answer: () => statusReply(503) });
     await rejectsWith(del({ ...dels, journal }), 11, /journaled/);
     assert.equal((await journal.list()).length, 5, "a DEL still records while full");
 
@@ -263,8 +269,9 @@ Deno.test("journal: a malformed entry is listed with its error, never dropped si
 Deno.test("journal: a failed ADD leaves the entry owed; a reconcile waits for an ADD in flight", async () => {
   await withTempDir(async (dir) => {
     const w = world(dir);
-    w.stub.inject({ method: "DELETE", times: FOREVER, answer: () => statusReply(503) });
+    w.stub.inject({ method: "GET", times: FOREVER, answer: () => statusReply(503) });
     await rejectsWith(del(w.inv("DEL")), 11);
+    w.stub.clearFaults();
     w.stub.inject({ method: "POST", times: FOREVER, answer: () => statusReply(503) });
     await rejectsWith(add(w.inv("ADD")), 11);
     const [kept] = await w.journal.list();
@@ -356,7 +363,7 @@ Deno.test("journal: a DEL after an ADD in doubt records an in-doubt entry that l
     w.stub.clearFaults();
     await del(w.inv("DEL", { now: () => now }));
     assert.equal(inDoubt(dir, CONTAINER_ID), false, "the DEL settled the marker");
-    const expected: JournalEntry = { ...entryOfBoth(now, IN_DOUBT), inDoubt: true };
+    const expected: JournalEntry = { ...entryOfBoth(now, IN_DOUBT, hostOf(dir)), inDoubt: true };
     assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected]);
     await del(w.inv("DEL", { now: () => now + 1_000 }));
     assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected], "a repeated DEL");

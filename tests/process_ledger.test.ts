@@ -291,3 +291,66 @@ Deno.test("ledger truth: the journal keeps every owed release past 1,024 entries
     await milo.stop();
   }
 });
+
+/** Copies a directory tree (a state directory carried by a disk image). */
+async function copyTree(from: string, to: string): Promise<void> {
+  await Deno.mkdir(to, { recursive: true });
+  for await (const e of Deno.readDir(from)) {
+    if (e.isDirectory) await copyTree(`${from}/${e.name}`, `${to}/${e.name}`);
+    else if (e.isFile) await Deno.copyFile(`${from}/${e.name}`, `${to}/${e.name}`);
+  }
+}
+
+Deno.test("ledger truth: a cloned machine's DEL of a sandbox it inherited leaves the original's live lease, directly and through its journal", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const etc = await Deno.makeTempDir({ prefix: "milo-ipam-clone-" });
+  const original = await installPlugin({ miloUrl: milo.url, token: TOKEN, node: "node-a1" });
+  await Deno.writeTextFile(`${etc}/machine-id`, "c10e0c10e0c10e0c10e0c10e0c10e0c1\n");
+  // The clone: its own machine-id and node name, as the README asks, and the original's disk.
+  const clone = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    node: "node-b1",
+    nodeConfig: { hostIdFile: `${etc}/machine-id` },
+  });
+  try {
+    const conf = original.netConf();
+    const pods = ["inherited-1", "inherited-2"];
+    const before = new Map<string, string[]>();
+    for (const cid of pods) {
+      const r = await original.run({ command: "ADD", containerId: cid, stdin: conf });
+      assertOk(r);
+      before.set(cid, ipsOf(r).map((i) => i.address).sort());
+    }
+    await copyTree(`${original.stateDir}/holdings`, `${clone.stateDir}/holdings`);
+
+    // The clone's runtime tears the first inherited sandbox down: its DEL succeeds, leaving it.
+    const direct = await clone.run({ command: "DEL", containerId: pods[0], stdin: conf });
+    assertOk(direct);
+    const line = (await clone.logLines()).find((l) => l.verb === "DEL");
+    assert.match(String(line?.skipped), /recorded for host [0-9a-f]{32}, not this one/);
+
+    // The second's DEL meets Milo down: journaled; the clone's reconcile leaves it too.
+    await milo.setFaults({ errorRate: 1, errorStatuses: [503] });
+    const failed = await clone.run({ command: "DEL", containerId: pods[1], stdin: conf });
+    await milo.clearFaults();
+    assert.equal(failed.json?.code, 11, failed.stdout);
+    assert.equal((await new Journal(clone.stateDir).list()).length, 1);
+    const r = await reconcile(clone);
+    assert.deepEqual(r.report.released, [], r.stdout);
+    assert.ok(
+      r.report.kept.some((k) => /recorded for host [0-9a-f]{32}, not this one/.test(k.reason)),
+      r.stdout,
+    );
+    assert.deepEqual(await new Journal(clone.stateDir).list(), []);
+
+    for (const cid of pods) {
+      assert.deepEqual(await leased(milo, cid), before.get(cid), `${cid}: the original keeps it`);
+    }
+  } finally {
+    await clone.cleanup();
+    await original.cleanup();
+    await milo.stop();
+    await Deno.remove(etc, { recursive: true });
+  }
+});

@@ -296,6 +296,8 @@ Deno.test("reconcile: a failing orphan release is an error and stays in the stat
 Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failures counted", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
+    // Milo's clock reads the node's: the claims were made an hour ago, the entries a minute ago.
+    w.stub.now = () => w.clock.t;
     const journal = new Journal(w.node.stateDir);
     const entryAt = w.clock.t - 60_000;
     const at = (containerId: string) => ({ ...w.addOf(containerId).attachment });
@@ -338,20 +340,24 @@ Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failure
 
     const r = await w.run();
     const byJournal = r.released.filter((x) => x.via === "journal").map((x) => x.claim).sort();
-    assert.deepEqual(byJournal, [l4.metadata.name, o4.metadata.name].sort());
+    // The uid the failed call read, or, another known (a claim made again since), only a claim
+    // of the attachment made before the entry: l6 is one.
+    assert.deepEqual(byJournal, [l4.metadata.name, l6.metadata.name, o4.metadata.name].sort());
     const del4 = w.stub.seen("DELETE", l4.metadata.name);
     assert.deepEqual(del4.map((d) => d.body), [{
       kind: "DeleteOptions",
       apiVersion: "v1",
       preconditions: { uid: l4.metadata.uid },
     }]);
-    assert.deepEqual(keptFor(r, l6), ["journal entry: claim changed"]);
-    assert.ok(w.stub.get(l6.metadata.name), "another uid is never released");
     assert.deepEqual(r.kept.filter((k) => k.claim === gone).map((k) => k.reason), [
       "journal entry: claim absent",
     ]);
-    assert.deepEqual(keptFor(r, newer[0]), ["journal entry: claim newer than the entry"]);
+    assert.deepEqual(keptFor(r, newer[0]), [
+      "journal entry: claim newer than the entry: kept in the node's record",
+    ]);
     assert.ok(w.stub.get(newer[0].metadata.name));
+    const record = new Holdings(dir).read(at("newer"));
+    assert.ok(record?.claims.some((c) => c.name === newer[0].metadata.name), "left to the record");
     assert.deepEqual(keptFor(r, o6), [
       "absent, waiting for a second observation after the grace period",
     ]);
@@ -383,6 +389,7 @@ Deno.test("reconcile finishes the journal: by uid, 404 done, newer kept, failure
 Deno.test("reconcile: an in-doubt entry releases claims landing within the grace, then ends", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
+    w.stub.now = () => w.clock.t;
     const journal = new Journal(w.node.stateDir);
     const t0 = w.clock.t;
     const at = (containerId: string) => ({ ...w.addOf(containerId).attachment });
@@ -435,7 +442,9 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
       ]);
     }
     for (const c of tooLate) {
-      assert.deepEqual(keptFor(second, c), ["journal entry: claim newer than the entry"]);
+      assert.deepEqual(keptFor(second, c), [
+        "journal entry: claim newer than the entry: kept in the node's record",
+      ]);
       assert.ok(w.stub.get(c.metadata.name), "a claim made after the doubt ended is not its own");
     }
     assert.deepEqual(await journal.list(), [], "every in-doubt entry ended");
@@ -692,6 +701,82 @@ Deno.test("reconcile's journal never releases a shared-name claim without a uid 
   });
 });
 
+Deno.test("reconcile's journal ages on one clock: Milo's 2 minutes ahead or behind the node's", async (t) => {
+  for (const [skewMs, name] of [[120_000, "ahead"], [-120_000, "behind"]] as const) {
+    await t.step(`Milo's clock ${name}`, async () => {
+      await withTempDir(async (dir) => {
+        const w = await setup(dir);
+        w.stub.now = () => w.clock.t + skewMs;
+        const journal = new Journal(w.node.stateDir);
+        const a = (id: string) => w.addOf(id).attachment;
+        // A 30-second pod whose DEL failed while Milo was unreachable: no uid read.
+        const [short] = w.lease("short", {}, false);
+        w.clock.t += 30_000;
+        await journal.record(a("short"), [{ name: short.metadata.name }], "503", w.clock.t);
+        // A claim of an attachment made 30 s after its entry (none a DEL of it owes).
+        const owedAt = w.clock.t;
+        w.clock.t += 30_000;
+        const [later] = w.lease("later", {}, false);
+        await journal.record(a("later"), [{ name: later.metadata.name }], "503", owedAt);
+        w.clock.t += 10_000;
+        const r = await w.run();
+        assert.deepEqual(r.released.filter((x) => x.via === "journal").map((x) => x.claim), [
+          short.metadata.name,
+        ]);
+        assert.equal(w.stub.get(short.metadata.name), undefined, "the owed release is made");
+        assert.deepEqual(keptFor(r, later), [
+          "journal entry: claim newer than the entry: kept in the node's record",
+        ]);
+        assert.ok(w.stub.get(later.metadata.name));
+        assert.deepEqual(await journal.list(), []);
+      });
+    });
+  }
+});
+
+Deno.test("reconcile's journal releases only this host's claims: a clone's entry without a uid, an entry copied from another host", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    w.stub.now = () => w.clock.t;
+    await Deno.writeTextFile(`${dir}/original-id`, "0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a\n");
+    const original = { node: { hostIdFile: `${dir}/original-id`, node: "node-0" } };
+    const journal = new Journal(w.node.stateDir);
+    w.clock.t += 60_000;
+    // The original machine's pods, running: this node is its clone, with its sandboxes' IDs.
+    const [inherited] = w.lease("inherited", original, false);
+    const [copied] = w.lease("copied", original, false);
+    w.clock.t += 60_000;
+    // The clone's DEL of an inherited sandbox failed while Milo was down: no uid read.
+    await journal.record(
+      w.addOf("inherited").attachment,
+      [{ name: inherited.metadata.name }],
+      "503",
+      w.clock.t,
+    );
+    // An entry the original wrote (a uid it read), copied with its disk image.
+    await journal.record(
+      w.addOf("copied", original).attachment,
+      [{ name: copied.metadata.name, uid: copied.metadata.uid }],
+      "503",
+      w.clock.t,
+    );
+    w.clock.t += 10_000;
+    const r = await w.run();
+    assert.deepEqual(r.released.filter((x) => x.via === "journal"), []);
+    assert.ok(w.stub.get(inherited.metadata.name) && w.stub.get(copied.metadata.name));
+    assert.deepEqual(keptFor(r, inherited), [
+      "journal entry: claim recorded for host 0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a, not this one: " +
+      "left to that host",
+    ]);
+    assert.deepEqual(keptFor(r, copied), [
+      "journal entry written by host 0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a (a copied state " +
+      "directory): left to that host; entry dropped",
+    ]);
+    assert.deepEqual(await journal.list(), [], "neither is this host's to owe");
+    assert.equal(w.stub.seen("DELETE").length, 0);
+  });
+});
+
 Deno.test("reconcile reads each cache entry's head only: a torn or fat entry keeps its container live", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
@@ -724,6 +809,55 @@ Deno.test("reconcile reads each cache entry's head only: a torn or fat entry kee
       w.clock.t += GRACE_MS;
     }
     assert.equal(w.stub.seen("DELETE").length, 0);
+  });
+});
+
+/** A node whose boot id is read from `<dir>/boot_id`; `boot(id)` reboots it. */
+async function rebootable(dir: string) {
+  const boot = (id: string) => Deno.writeTextFile(`${dir}/boot_id`, `${id}\n`);
+  await boot("6c1b3a4e-0d2f-4b8a-9e7c-1f2a3b4c5d6e");
+  const w = await setup(dir, { bootIdFile: `${dir}/boot_id` });
+  return { ...w, boot };
+}
+
+Deno.test("reconcile: a record from an earlier boot whose container no cache names is released at once, past a brake; this boot's wait", async () => {
+  await withTempDir(async (dir) => {
+    const w = await rebootable(dir);
+    const before = ["p1", "p2"].map((id) => w.lease(id)).flat();
+    for (const id of ["p1", "p2"]) await w.cache(id);
+    assert.equal((await w.run()).live, 3, "a clean run before the reboot");
+    // The reboot: every sandbox dies; the runtime's cache of them is dropped.
+    await w.boot("0f9e8d7c-6b5a-4948-8372-615049382716");
+    await Deno.remove(w.node.resultsDirs[0], { recursive: true });
+    w.clock.t += 60_000;
+    const fresh = w.lease("fresh-this-boot");
+    w.clock.t += GRACE_MS;
+    const first = await w.run();
+    assert.deepEqual(
+      first.released.map((x) => [x.via, x.claim]).sort(),
+      names([...w.live, ...w.orphan, ...before]).map((n) => ["boot", n]),
+      "every sandbox of the earlier boot is dead: released without waiting or braking",
+    );
+    for (const c of fresh) assert.ok(w.stub.get(c.metadata.name));
+    const second = await w.runTwice();
+    assert.equal(second.brake?.reason, "empty", "this boot's absent claims meet the brake");
+    for (const c of fresh) {
+      assert.deepEqual(keptFor(second, c), ["brake (empty): released nothing"]);
+      assert.ok(w.stub.get(c.metadata.name));
+    }
+  });
+});
+
+Deno.test("reconcile: a record from an earlier boot whose container a cache names is kept", async () => {
+  await withTempDir(async (dir) => {
+    const w = await rebootable(dir);
+    await w.boot("0f9e8d7c-6b5a-4948-8372-615049382716");
+    const r = await w.run();
+    assert.deepEqual(r.released.map((x) => x.claim), names(w.orphan));
+    for (const c of w.live) {
+      assert.deepEqual(keptFor(r, c), ["live: a result cache names its container"]);
+      assert.ok(w.stub.get(c.metadata.name));
+    }
   });
 });
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { claimName, KEYS, labelValue, ownership } from "../lib/claims.ts";
 import { encodeResult, parseCniArgs, readCniEnv, requireVersion } from "../lib/cni.ts";
-import { parseNodeConfig } from "../lib/config.ts";
+import { parseNodeConfig, validateNodeConfig, withNodeName } from "../lib/config.ts";
 import { readNodeConfig } from "../lib/config_file.ts";
 import { parseNetConf } from "../lib/netconf.ts";
 import { CniError } from "../lib/errors.ts";
@@ -279,6 +279,19 @@ Deno.test("config: a file read again applies its change, its node name fallback 
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("config: the node name is the API's: the config's or NODE_NAME as given, else the hostname as the kubelet registers it", () => {
+  const { node: _node, ...unnamed } = NODE;
+  const path = "/etc/milo-ipam/node.json";
+  const none = () => undefined;
+  // k8s.io/component-helpers node/util/hostname.go GetHostname: trimmed, lowercased.
+  const named = (env: (n: string) => string | undefined, host: string, v: object = unnamed) =>
+    withNodeName(validateNodeConfig(v, path), env, () => host).node;
+  assert.equal(named(none, " Node-17.Example.COM\n"), "node-17.example.com");
+  assert.equal(named((n) => n === "NODE_NAME" ? "Node-17" : undefined, "x"), "Node-17");
+  assert.equal(named(none, "HOST", NODE), "n1");
+  throwsCni(() => named(none, "  "), 7, /hostname is empty.*set node in the node config/);
 });
 
 Deno.test("config: plain http is accepted for loopback only", () => {
