@@ -55,7 +55,7 @@ function netConf(cluster: string, totalMs = 5000) {
         network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
       },
       gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
-      timeouts: { requestMs: 500, totalMs },
+      timeouts: { requestMs: 1000, totalMs },
     },
   };
 }
