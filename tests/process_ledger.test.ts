@@ -235,7 +235,10 @@ Deno.test("ledger truth: an emptied cache is a brake for reconcile and the agent
       async () => /milo_ipam_reconcile_brakes_total\{reason="empty"\} 1/.test(await text()),
       "the agent's reconcile at start braked",
     );
-    const line = (await p.logLines()).find((l) => l.verb === "RECONCILE");
+    // The agent counts the brake, then writes its log line.
+    const reconciled = async () => (await p.logLines()).find((l) => l.verb === "RECONCILE");
+    await until(async () => !!(await reconciled()), "the agent's reconcile logged");
+    const line = await reconciled();
     assert.equal(line?.level, "warn");
     assert.equal((line?.brake as { reason?: string })?.reason, "empty");
     await p.stopAgent();
