@@ -255,6 +255,8 @@ export interface FleetIdle {
 export interface FleetResults {
   nodes: number;
   podsPerNode: number;
+  /** Pods a node starts in the storm: fewer than `podsPerNode` when those would not fit the deadline. */
+  stormPodsPerNode: number;
   /** Claims per ADD (dual-stack: 2). */
   families: number;
   reconcileIntervalS: number;

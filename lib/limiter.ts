@@ -16,7 +16,7 @@
  *   deadline fails (code 11) without being sent.
  * - **Fairness.** Of the requests whose flow admits them, the tenant served
  *   least recently goes first, then the earliest deadline.
- * - **Ceiling.** At most {@link LIMITS.maxConcurrency} requests in flight in
+ * - **Ceiling.** At most {@link LIMITS.maxConcurrency} requests unanswered in
  *   all flows together.
  * - **A call that has answered** holds nothing: its waiting requests leave
  *   and its unanswered slots stop counting ({@link CallLimiter.close}).
@@ -244,7 +244,7 @@ export class MiloLimiter implements RequestLimiter {
     let best: Waiter | undefined;
     let bestServed = Infinity;
     for (const w of this.#queue) {
-      if (w.flow.freeAt(now, w.call) > now) continue;
+      if (w.flow.freeAt(w.call) > now) continue;
       const served = this.#served.get(w.tenant) ?? -1;
       if (
         !best || served < bestServed ||
@@ -254,14 +254,11 @@ export class MiloLimiter implements RequestLimiter {
     return best;
   }
 
-  /** When the node-wide ceiling admits another request. */
+  /** When the node-wide ceiling admits another request: now, or once an answer frees a slot. */
   #nodeFreeAt(now: number): number {
-    const held: number[] = [];
-    for (const f of this.#flows.values()) {
-      for (const o of f.out) if (o.at > now - LIMITS.holdMs) held.push(o.at);
-    }
-    if (held.length < LIMITS.maxConcurrency) return now;
-    return held.sort((a, b) => b - a)[LIMITS.maxConcurrency - 1] + LIMITS.holdMs;
+    let out = 0;
+    for (const f of this.#flows.values()) out += f.out.length;
+    return out < LIMITS.maxConcurrency ? now : Infinity;
   }
 
   #grant(w: Waiter, now: number): void {
@@ -295,10 +292,13 @@ export class MiloLimiter implements RequestLimiter {
     const node = this.#nodeFreeAt(now);
     let at = Infinity;
     for (const w of this.#queue) {
-      at = Math.min(at, w.deadline, Math.max(node, w.flow.freeAt(now, w.call)));
+      at = Math.min(at, w.deadline, Math.max(node, w.flow.freeAt(w.call)));
     }
     if (this.#wake && this.#wake.at <= at && this.#wake.at > now) return;
     this.#wake?.timer.cancel();
+    this.#wake = undefined;
+    // Only answers can free a slot now: the next one pumps.
+    if (at === Infinity) return;
     const t = this.#timer(at - now);
     this.#wake = { at, timer: t };
     t.done.then(() => {

@@ -4,9 +4,12 @@
  * reconcile's. A flow adapts to what Milo answers its own requests:
  *
  * - **Concurrency** (AIMD): at most `limit` requests in flight, 2 at first;
- *   +1/limit per answer to a request the limits held back, x0.7 on overload.
- *   A request unanswered for 100 ms stops counting (a slow or hung Milo still
- *   gets `limit` requests per 100 ms).
+ *   +1/limit per timely answer to a request the limits held back, x0.7 on
+ *   overload and on a late answer (one that took over half its timeout, or
+ *   none before it). A request holds its slot until it is answered or times
+ *   out, as a congestion window holds what is unacknowledged: Milo's priority
+ *   and fairness queues what it cannot serve at once, so answers come as fast
+ *   as Milo serves them and the flow sends no faster.
  * - **Rate** (AIMD): unlimited until Milo answers 429 or 503 to a busy flow;
  *   then 0.7x what Milo admitted of it in the last second, x0.7 on each later
  *   overload, +2/rate per answer, unlimited again at 500/s or after a minute
@@ -24,10 +27,15 @@
  * request, only pauses.
  */
 
-/** What Milo answered one attempt: its HTTP status (`error`: none), and its `Retry-After`. */
+/**
+ * What Milo answered one attempt: its HTTP status (`error`: none), its
+ * `Retry-After`, and whether it came late (after half the attempt's timeout,
+ * or not at all before it).
+ */
 export interface Outcome {
   status: number | "error";
   retryAfterMs?: number;
+  late?: boolean;
 }
 
 /** Counted events: a request waited for a slot, failed at its deadline unsent, a pause, a cut. */
@@ -37,8 +45,6 @@ export type LimiterEvent = "queued" | "expired" | "paused" | "cut";
 export const LIMITS = Object.freeze({
   initialConcurrency: 2,
   maxConcurrency: 64,
-  /** How long an unanswered slot counts against the concurrency (and a probe holds the rest). */
-  holdMs: 100,
   /** Multiplicative decrease of rate and concurrency on overload. */
   decrease: 0.7,
   /** Additive increase of the rate: requests/s gained per second of sending at it. */
@@ -84,8 +90,8 @@ export class Flow {
   #epoch = 0;
   pauseUntil = -Infinity;
   #probing = false;
-  /** When the probe still unanswered was granted. */
-  #probeAt = -Infinity;
+  /** The probe is out: nothing else of the flow goes until it is answered. */
+  #probeOut = false;
   #lastCut = -Infinity;
   #admittedSinceCut = true;
   #lastOverload = -Infinity;
@@ -113,6 +119,16 @@ export class Flow {
     return !this.out.length && !this.waiting.size && now >= this.pauseUntil;
   }
 
+  /** A late answer: the concurrency is cut when calls compete (once per cut hold), nothing paused. */
+  #slow(now: number, limited: boolean, call: object): void {
+    if (!limited && !this.busyBesides(call)) return;
+    if (!this.#admittedSinceCut && now - this.#lastCut < LIMITS.cutHoldMs) return;
+    this.#lastCut = now;
+    this.#admittedSinceCut = false;
+    this.#limit = Math.max(1, this.#limit * LIMITS.decrease);
+    this.onEvent("cut");
+  }
+
   /** Nothing waits or is in flight and it has learned nothing: forgetting it loses nothing. */
   fresh(now: number): boolean {
     return this.idle(now) && this.#rate === Infinity && this.#limit <= LIMITS.initialConcurrency;
@@ -133,20 +149,12 @@ export class Flow {
 
   /**
    * When a request of `call` may start: after the pause, at the paced rate
-   * while other calls compete, once a slot of the concurrency (or the probe)
-   * is free.
+   * while other calls compete; Infinity while the concurrency is taken (or
+   * the probe is out): an answer frees it.
    */
-  freeAt(now: number, call: object): number {
-    let at = this.pauseUntil;
-    if (this.busyBesides(call)) at = Math.max(at, this.#nextAt);
-    let held = 0;
-    for (const o of this.out) if (o.at > now - LIMITS.holdMs) held++;
-    if (held >= this.concurrency) {
-      const times = this.out.map((o) => o.at).filter((t) => t > now - LIMITS.holdMs);
-      at = Math.max(at, times.sort((a, b) => b - a)[this.concurrency - 1] + LIMITS.holdMs);
-    }
-    if (this.#probing) at = Math.max(at, this.#probeAt + LIMITS.holdMs);
-    return at;
+  freeAt(call: object): number {
+    if (this.out.length >= this.concurrency || this.#probeOut) return Infinity;
+    return this.busyBesides(call) ? Math.max(this.pauseUntil, this.#nextAt) : this.pauseUntil;
   }
 
   /**
@@ -155,14 +163,13 @@ export class Flow {
    */
   grant(now: number, call: object, waited: boolean): (o: Outcome) => void {
     const busy = this.busyBesides(call);
-    let held = 0;
-    for (const o of this.out) if (o.at > now - LIMITS.holdMs) held++;
     // The limits held it back, or would have, while others competed: only such answers raise them.
-    const limited = busy && (waited || this.waiting.size > 0 || held >= this.concurrency);
+    const limited = busy &&
+      (waited || this.waiting.size > 0 || this.out.length + 1 >= this.concurrency);
     const mine: Out = { at: now, call };
     this.out.push(mine);
     const probe = this.#probing;
-    if (probe) this.#probeAt = now;
+    if (probe) this.#probeOut = true;
     if (this.#rate !== Infinity && busy) {
       this.#nextAt = Math.max(this.#nextAt, now) + 1000 / this.#rate;
     }
@@ -170,7 +177,7 @@ export class Flow {
     return (o: Outcome) => {
       const i = this.out.indexOf(mine);
       if (i >= 0) this.out.splice(i, 1);
-      if (probe && this.#probeAt === now) this.#probeAt = -Infinity;
+      if (probe) this.#probeOut = false;
       this.#answered(o, epoch, probe, limited, call);
     };
   }
@@ -178,6 +185,8 @@ export class Flow {
   /** Adapts the limits to one answer. */
   #answered(o: Outcome, epoch: number, probe: boolean, limited: boolean, call: object): void {
     const now = this.now();
+    // A late answer while calls compete: Milo queues what this flow sends; send less.
+    if (o.late && !isOverload(o.status) && epoch === this.#epoch) this.#slow(now, limited, call);
     if (o.status === "error" || (o.status >= 500 && !isOverload(o.status))) {
       if (probe) this.#probing = false;
       return;
@@ -187,7 +196,7 @@ export class Flow {
       this.#admitted.push(now);
       while (now - this.#admitted[0] >= LIMITS.acceptWindowMs) this.#admitted.shift();
       // Sent before the last pause: it says nothing of the limits set since.
-      if (!limited || epoch !== this.#epoch) return;
+      if (!limited || o.late || epoch !== this.#epoch) return;
       this.#admittedSinceCut = true;
       this.#limit = Math.min(LIMITS.maxConcurrency, this.#limit + 1 / this.#limit);
       if (this.#rate !== Infinity) {

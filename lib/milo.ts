@@ -380,13 +380,15 @@ export class MiloClient {
       // Milo answers a LIST whole (a tenant's scan): it may take until the deadline to start,
       // and then must keep coming.
       const watch = stream ? streamSignal(o.requestMs, remaining, remaining) : undefined;
+      const timeoutMs = Math.min(o.requestMs, remaining);
+      const sentAt = this.#now();
       try {
         const res = await this.#fetch(url, {
           method,
           headers,
           body: body === undefined ? undefined : JSON.stringify(body),
           redirect: "manual",
-          signal: watch?.signal ?? AbortSignal.timeout(Math.min(o.requestMs, remaining)),
+          signal: watch?.signal ?? AbortSignal.timeout(timeoutMs),
           ...(o.client ? { client: o.client } : {}),
         });
         status = res.status;
@@ -419,11 +421,13 @@ export class MiloClient {
           wait = Math.max(wait, Math.round(this.#random() * hinted));
         }
       } catch (err) {
-        const failure = miloFetchFailure(err, method, url, Math.min(o.requestMs, remaining));
+        const failure = miloFetchFailure(err, method, url, timeoutMs);
         last = answered ? `${answered}; then ${failure}` : failure;
       } finally {
         watch?.stop();
-        slot?.done({ status, retryAfterMs: hinted });
+        // Over half its timeout, or none: Milo queued it (its priority and fairness) or is slow.
+        const late = !watch && this.#now() - sentAt > timeoutMs / 2;
+        slot?.done({ status, retryAfterMs: hinted, late });
         if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
         o.onRequest?.({ method, status, attempt });
       }

@@ -63,6 +63,9 @@ async function addThenHangUp(
       CNI_IFNAME: "eth0",
       CNI_NETNS: "/var/run/netns/test",
       CNI_PATH: "/opt/cni/bin",
+      // Each ADD in a namespace of its own: a flow of the node's limiter each, so an earlier
+      // ADD's POSTs held by Milo hold none of its slots.
+      CNI_ARGS: `K8S_POD_NAMESPACE=ns-${id};K8S_POD_NAME=pod-${id}`,
       MILO_IPAM_CONFIG: config,
     };
     const header: RequestHeader = { v: 1, env, started: Date.now() - t.ageMs };

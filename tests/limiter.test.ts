@@ -240,14 +240,34 @@ Deno.test("limiter: earliest deadline first; a slot reported twice counts once",
   second.done({ status: 201 });
 });
 
-Deno.test("limiter: a slot unanswered for holdMs no longer holds back the others", async () => {
+Deno.test("limiter: a slot holds its place until answered or timed out, as Milo's queue serves", async () => {
   const { l, clock, slot } = limiter();
-  const hung = [await slot(), await slot()];
+  const queued = [await slot(), await slot()];
   const t0 = clock.now();
-  const next = await clock.run(l.acquire(Infinity));
-  assert.ok(typeof next === "object");
-  assert.equal(clock.now() - t0, LIMITS.holdMs);
-  for (const s of [...hung, next]) s.done({ status: "error" });
+  const waiting = l.acquire(Infinity);
+  assert.equal(await settledBy(clock, waiting, 5_000), "pending", "unanswered, they hold it");
+  queued[0].done({ status: 201 }); // answered (by a Milo whose requests time out past 10 s)
+  const third = await clock.run(waiting);
+  assert.ok(typeof third === "object");
+  assert.equal(clock.now() - t0, 5_000, "at the answer");
+  for (const s of [queued[1], third]) s.done({ status: 201 });
+});
+
+Deno.test("limiter: late answers while calls compete cut the concurrency, and pause nothing", async () => {
+  const { l, clock, slot, events } = limiter();
+  const out = [await slot(), await slot()];
+  const next = l.acquire(Infinity);
+  // Answered after half its timeout: Milo's priority and fairness queued it. Send less.
+  out[0].done({ status: 201, late: true });
+  assert.equal(l.concurrency, 1, `cut from ${LIMITS.initialConcurrency}`);
+  assert.deepEqual(events.filter((e) => e !== "queued"), ["cut"], "nothing paused");
+  assert.equal(l.rate, Infinity, "the rate is Milo's refusals' to set");
+  out[1].done({ status: "error", late: true }); // a timeout within the cut hold: no second cut
+  const s = await clock.run(next);
+  assert.ok(typeof s === "object");
+  assert.equal(events.filter((e) => e === "cut").length, 1);
+  s.done({ status: 201, late: true }); // a call alone: its own slowness cuts nothing
+  assert.equal(events.filter((e) => e === "cut").length, 1);
 });
 
 /** A limiter whose calls come through {@link MiloLimiter.forCall}, as the agent's do. */
@@ -379,7 +399,7 @@ Deno.test("limiter: a call that has answered holds nothing: its waiters leave, i
   assert.equal(await clock.run(stuck), "aborted");
   const s = await clock.run(next);
   assert.ok(typeof s === "object");
-  assert.equal(clock.now(), t, "at once, not after holdMs");
+  assert.equal(clock.now(), t, "at once, not at its slots' answers");
   assert.equal(await gone.acquire(Infinity), "aborted", "a closed call asks for nothing more");
   a.got.done({ status: 201 }); // a late answer is still Milo's word, and frees nothing twice
   s.done({ status: 201 });

@@ -9,6 +9,7 @@ import {
 import {
   CHURN_PER_POD_HOUR,
   extrapolate,
+  FLEET_LIMITS,
   FLEET_SIZES,
   fleetBudgets,
   idealMs,
@@ -154,7 +155,11 @@ export function renderFleet(f: FleetResults, m: Machine): string {
     `end ${fmtSeconds(f.requestDeadlineMs)} s after its process starts). Reconcile every ` +
     `${f.reconcileIntervalS} s. The pace round runs the ADDs against no ceiling; the storm sets ` +
     `Milo's ceiling to half the claims per second the pace round created (${f.ceiling}/s: 2× ` +
-    `oversubscription) and restarts the agents first. Wall: from the first spawn to the last ` +
+    `oversubscription), restarts the agents first, and starts ${
+      f.stormPodsPerNode ?? f.podsPerNode
+    } pods a node: as many as end within the request deadline at ${FLEET_LIMITS.lastAddVsIdeal}× ` +
+    `the ideal. Milo queues what it cannot serve at once (priority and fairness) and answers ` +
+    `429 when its queue overflows. Wall: from the first spawn to the last ` +
     `exit; p50 and max per call (ms); milo-dev's counters over each round.`,
     "",
     table(
@@ -228,7 +233,7 @@ export function renderFleetReport(r: FleetRun): string {
     "",
     "## Budgets",
     "",
-    "Issue 20's, judged within this run.",
+    "Issues 20 and 29's, judged within this run.",
     "",
     table(
       ["budget", "limit", "this run", "verdict"],

@@ -27,6 +27,7 @@ import { waitForQuiet } from "../machine.ts";
 import { type FleetIdle, type FleetResults, type FleetRound, summarize } from "../model.ts";
 import type { Plan } from "../plan.ts";
 import { brief, cniCode, ok, say, text } from "../proc.ts";
+import { FLEET_LIMITS } from "../report/fleet.ts";
 import { installBench, PRODUCTION_TIMEOUTS } from "../world.ts";
 
 const CLUSTER = "cluster-fleet";
@@ -36,6 +37,8 @@ export const FLEET_INTERVAL_S = 10;
 const NETWORK = "vpc-7b3e";
 /** Longest one plugin process may run: well past the ADD deadline. */
 const CALL_TIMEOUT_MS = 30_000;
+/** Claims per ADD: one per family of the bench's network. */
+const BENCH_FAMILIES = Object.keys(BENCH_CLASSES).length;
 
 /** One node: its install (with a running agent). */
 type Node = TestPlugin;
@@ -204,6 +207,18 @@ async function idleStretch(dev: MiloDev, nodes: Node[], intervals: number): Prom
   };
 }
 
+/**
+ * Dual-stack pods a node starts in the storm: the pace round's, or fewer
+ * when their claims at the ceiling would not end within the ADD's request
+ * deadline even at the budget's slowest (the last ADD at
+ * {@link FLEET_LIMITS.lastAddVsIdeal}× the ideal): on a machine that spawns
+ * processes slowly the pace, and so the ceiling, is low.
+ */
+export function stormSize(ceiling: number, nodes: number, deadlineMs: number, most: number) {
+  const claims = (ceiling * deadlineMs / 1000) / FLEET_LIMITS.lastAddVsIdeal;
+  return Math.max(1, Math.min(most, Math.floor(claims / (nodes * BENCH_FAMILIES))));
+}
+
 /** The claims per second a round created. */
 export function rateOf(r: FleetRound): number {
   return r.allocations / (r.wallMs / 1000);
@@ -212,6 +227,7 @@ export function rateOf(r: FleetRound): number {
 /** Starts the fleet, runs the pace, the storm, the idle stretch and the drain; tears it down. */
 export async function fleetSection(plan: Plan): Promise<FleetResults> {
   const k = plan.fleetNodes, n = plan.fleetPods;
+  const deadlineMs = PRODUCTION_TIMEOUTS.totalMs - rollbackReserveMs(PRODUCTION_TIMEOUTS.totalMs);
   const quiet = await waitForQuiet(Math.min(plan.quietWaitS, 120));
   const loadBefore = (await text("/proc/loadavg")).trim();
   const dev = await startMiloDev({ seed: BENCH_SEED, tls: true, token: BENCH_TOKEN });
@@ -227,6 +243,7 @@ export async function fleetSection(plan: Plan): Promise<FleetResults> {
     await round(dev, nodes, "DEL", "pace", podsOf(pace));
     const ceiling = Math.max(1, Math.round(rateOf(pace.round) / 2));
     say(`  ${rateOf(pace.round).toFixed(1)} claims/s offered: ceiling ${ceiling}/s (2x)`);
+    const stormPods = stormSize(ceiling, k, deadlineMs, n);
     await dev.setLimits({ allocationsPerSecond: ceiling });
     // A boot storm meets agents just started (their limiters fresh); these have a record now.
     await dev.resetStats();
@@ -237,8 +254,10 @@ export async function fleetSection(plan: Plan): Promise<FleetResults> {
     const restart = await dev.stats();
     // The ceiling's window forgets the pace round's creates.
     await new Promise((r) => setTimeout(r, 1_100));
-    say(`fleet storm: ${k} nodes × ${n} dual-stack pods at once against ${ceiling} creates/s`);
-    const storm = await round(dev, nodes, "ADD", "storm", everyPod(nodes, n));
+    say(
+      `fleet storm: ${k} nodes × ${stormPods} dual-stack pods at once against ${ceiling} creates/s`,
+    );
+    const storm = await round(dev, nodes, "ADD", "storm", everyPod(nodes, stormPods));
     const s = storm.round;
     say(
       `  last ADD ${(s.wallMs / 1000).toFixed(1)} s, ${s.byMethod.POST ?? 0} POSTs for ` +
@@ -253,11 +272,11 @@ export async function fleetSection(plan: Plan): Promise<FleetResults> {
     return {
       nodes: k,
       podsPerNode: n,
-      families: Object.keys(BENCH_CLASSES).length,
+      stormPodsPerNode: stormPods,
+      families: BENCH_FAMILIES,
       reconcileIntervalS: FLEET_INTERVAL_S,
       timeouts: PRODUCTION_TIMEOUTS,
-      requestDeadlineMs: PRODUCTION_TIMEOUTS.totalMs -
-        rollbackReserveMs(PRODUCTION_TIMEOUTS.totalMs),
+      requestDeadlineMs: deadlineMs,
       loadBefore,
       idleBeforePct: quiet.idle * 100,
       start,
