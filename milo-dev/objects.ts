@@ -228,9 +228,9 @@ export function claimObject(r: ClaimRow, phase = r.phase, rv = r.rv): IPClaimObj
 
 /** An IPAllocation (see {@link IPAllocationObject}). */
 export function allocationObject(r: AllocationRow): IPAllocationObject {
+  // Milo makes it with a name and namespace only: none of its claim's labels
+  // (internal/registry/ipam/ipclaim/storage.go, AllocatingREST.Create).
   const metadata = objectMeta(r);
-  const labels = nonEmpty(r.labels);
-  if (labels) metadata.labels = labels;
   const bound = r.phase === "Allocated";
   const scope = projectedScope(r.scope_key);
   const single = r.prefix === (r.family === "IPv6" ? 128 : 32);

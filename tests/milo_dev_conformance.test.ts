@@ -192,3 +192,28 @@ Deno.test("milo-dev as Milo: a claim is stored as posted (no family or policy fi
     await dev.stop();
   }
 });
+
+Deno.test("milo-dev as Milo: an IPAllocation carries none of its claim's labels", async () => {
+  const dev = await startMiloDev();
+  try {
+    const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+      body: claimBody("labelled", {
+        labels: { "milo-ipam.io/pod-namespace": "db" },
+        annotations: { "milo-ipam.io/pod": "db-0" },
+      }),
+    });
+    assert.equal(r.status, 201);
+    const allocs = (await miloApi<Any>(dev, "GET", `${NS}/ipallocations`)).body.items;
+    assert.equal(allocs.length, 1);
+    assert.equal(allocs[0].metadata.labels, undefined);
+    assert.equal(allocs[0].metadata.annotations, undefined);
+    const selected = await miloApi<Any>(
+      dev,
+      "GET",
+      `${NS}/ipallocations?labelSelector=${encodeURIComponent("milo-ipam.io/pod-namespace=db")}`,
+    );
+    assert.equal(selected.body.items.length, 0, "a label selector finds no allocation");
+  } finally {
+    await dev.stop();
+  }
+});
