@@ -25,10 +25,7 @@ const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
     usage: (await import("./lib/usage.ts")).AGENT_USAGE,
   }),
   reconcile: async () => ({
-    cli: async (args) => {
-      await requireStateFormatOf(args);
-      return await (await import("./lib/reconcile.ts")).reconcileCli(args);
-    },
+    cli: (await import("./lib/reconcile.ts")).reconcileCli,
     usage: (await import("./lib/usage.ts")).RECONCILE_USAGE,
   }),
   sweep: async () => {
@@ -107,28 +104,6 @@ async function versionCli(args: string[]): Promise<number> {
   }
   write(versionCli(output));
   return 0;
-}
-
-/**
- * Refuses, before a reconcile run, a node state written in a newer format
- * (a rollback past a format change); a node config that cannot be read is
- * left for the reconcile to report.
- */
-async function requireStateFormatOf(args: string[]): Promise<void> {
-  const [{ readNodeConfig }, { requireStateFormat }] = await Promise.all([
-    import("./lib/config_file.ts"),
-    import("./lib/version.ts"),
-  ]);
-  const at = args.findIndex((a) => a === "--config" || a.startsWith("--config="));
-  const config = at < 0
-    ? undefined
-    : args[at].startsWith("--config=")
-    ? args[at].slice("--config=".length)
-    : args[at + 1];
-  const node = await readNodeConfig((n) =>
-    n === "MILO_IPAM_CONFIG" && config ? config : Deno.env.get(n)
-  ).catch(() => undefined);
-  if (node) requireStateFormat(node.stateDir);
 }
 
 /** `milo-ipam` run by hand: `--help` and `help` print the usage; anything else is wrong. */

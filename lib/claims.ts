@@ -13,7 +13,7 @@ import {
   specialUse,
 } from "./ip.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import { bootId, hostId } from "./host.ts";
+import { hostId } from "./host.ts";
 import { sha256Hex } from "./sha256.ts";
 
 /** The one prefix of every label and annotation milo-ipam writes. */
@@ -52,8 +52,6 @@ export interface Attachment {
   vpcattachment?: string;
   /** The host that makes the claims (see lib/host.ts). */
   host?: string;
-  /** The boot the call runs in (see lib/host.ts), recorded by the node with what it holds. */
-  boot?: string;
   /** What its claims are named after (the network config's `identity`; default the attachment). */
   identity?: Identity;
 }
@@ -64,7 +62,6 @@ export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Atta
     cluster: node.cluster,
     node: node.node,
     host: hostId(node),
-    boot: bootId(node),
     network: conf.name,
     containerId: env.containerId,
     ifname: env.ifname,

@@ -8,9 +8,10 @@
  * - removed when a DEL released the claims (or journaled them); put back as
  *   it was when an ADD failed and Milo answered every create it sent.
  *
- * Each names the host and the boot its ADD ran in (lib/host.ts): a record
- * copied to another machine is not that machine's, and the sandbox of a
- * record from an earlier boot died with it.
+ * Each names the host and the boot its ADD ran in (lib/host.ts; the boot is
+ * read when an ADD writes its record): a record copied to another machine is
+ * not that machine's, and the sandbox of a record from an earlier boot died
+ * with it.
  *
  * An `adding` record left behind (the plugin was killed, or a create went
  * unanswered) tells the DEL after it that a claim may still appear: it
@@ -24,7 +25,9 @@
  */
 import type { Attachment } from "./claims.ts";
 import { attachmentHash } from "./claims.ts";
+import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
+import { bootId } from "./host.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
 /** One claim of a record. */
@@ -63,9 +66,16 @@ type Key = Pick<Attachment, "cluster" | "containerId" | "ifname">;
 /** The records of one node. */
 export class Holdings {
   readonly dir: string;
+  readonly #node: Pick<NodeConfig, "bootIdFile"> | undefined;
 
-  constructor(stateDir: string) {
+  /**
+   * The records under `stateDir`; `node` names the boot an ADD's record is
+   * written in (its `bootIdFile`, read by {@link adding} and {@link held}),
+   * without it none is named.
+   */
+  constructor(stateDir: string, node?: Pick<NodeConfig, "bootIdFile">) {
     this.dir = `${stateDir}/holdings`;
+    this.#node = node;
   }
 
   /** The record file of an attachment. */
@@ -98,6 +108,7 @@ export class Holdings {
   adding(a: Attachment, addId: string, names: string[], now: number, deadline: number): void {
     this.#write(a, {
       ...fields(a, names.map((name) => ({ name }))),
+      ...this.#boot(),
       state: "adding",
       addId,
       at: now,
@@ -107,7 +118,7 @@ export class Holdings {
 
   /** Records that the ADD `addId` of `a` holds `claims`. */
   held(a: Attachment, addId: string, claims: HeldClaim[], now: number): void {
-    this.#write(a, { ...fields(a, claims), state: "held", addId, at: now });
+    this.#write(a, { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now });
   }
 
   /** Writes `h` back as the record of `a` (what a failed ADD found before it began). */
@@ -182,7 +193,7 @@ export class Holdings {
     // Found in Milo: the boot its sandbox ran in is known only from a record made by its ADD.
     const boot = h?.boot ? { boot: h.boot } : {};
     this.#write(a, {
-      ...fields({ ...a, boot: undefined }, claims),
+      ...fields(a, claims),
       ...boot,
       state: "held",
       addId: h?.addId ?? "listed",
@@ -197,6 +208,12 @@ export class Holdings {
     const claims = h.claims.filter((c) => !names.includes(c.name));
     if (claims.length) this.#write(a, { ...h, claims });
     else this.remove(a);
+  }
+
+  /** The boot an ADD's record names (none when it cannot be read). */
+  #boot(): { boot?: string } {
+    const boot = this.#node && bootId(this.#node);
+    return boot ? { boot } : {};
   }
 
   #write(a: Key, h: Holding): void {
@@ -225,11 +242,10 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  const { cluster, host, boot, network, containerId, ifname } = a;
+  const { cluster, host, network, containerId, ifname } = a;
   return {
     cluster,
     ...(host ? { host } : {}),
-    ...(boot ? { boot } : {}),
     network,
     containerId,
     ifname,

@@ -133,7 +133,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       milo,
       rollback: milo.withDeadline(final).unabortable().releasing(),
       journal: new Journal(node.stateDir),
-      holdings: new Holdings(node.stateDir),
+      holdings: new Holdings(node.stateDir, node),
       deadline: final,
       callId: req.callId ?? crypto.randomUUID(),
       undoOf: req.undoOf,

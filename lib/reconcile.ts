@@ -354,6 +354,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
   const { parseArgs } = await import("node:util");
   const { readNodeConfig } = await import("./config_file.ts");
   const { MiloClient } = await import("./milo.ts");
+  const { requireStateFormat } = await import("./version.ts");
   const usage =
     "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force] [--list]";
   let values;
@@ -378,6 +379,8 @@ export async function reconcileCli(args: string[]): Promise<number> {
   const node = await readNodeConfig((n) =>
     n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n)
   );
+  // A node state in a newer format (a rollback past a format change) is refused before any run.
+  requireStateFormat(node.stateDir);
   const t = node.timeouts;
   const milo = await MiloClient.open(node, t.requestMs, Date.now() + t.totalMs);
   try {

@@ -113,8 +113,7 @@ export async function showRows(
 ): Promise<ShowRow[]> {
   const here = hostId(node);
   const mine = claims.some((c) => isHere(c, node, here));
-  const live = mine ? await readLive(node.resultsDirs) : undefined;
-  const perDir = live
+  const perDir = mine
     ? await Promise.all(node.resultsDirs.map(async (d) => ({ d, l: await readLive([d]) })))
     : [];
   const holdings = new Holdings(node.stateDir);

@@ -128,7 +128,7 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
     milo,
     rollback: milo.withDeadline(deadline + 2_000),
     journal: new Journal(node.stateDir),
-    holdings: new Holdings(node.stateDir),
+    holdings: new Holdings(node.stateDir, node),
     deadline,
     callId: o.callId ?? crypto.randomUUID(),
     undoOf: o.undoOf,

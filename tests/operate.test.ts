@@ -16,6 +16,7 @@ import { invoke } from "../lib/invoke.ts";
 import { Journal } from "../lib/journal.ts";
 import { Logger, rotatedLog } from "../lib/log.ts";
 import { MiloClient } from "../lib/milo.ts";
+import { reconcileCli } from "../lib/reconcile.ts";
 import { formatAge, parseQuery, renderShow, show } from "../lib/show.ts";
 import { RELEASE, requireStateFormat, STATE_FORMAT, STATE_FORMAT_FILE } from "../lib/version.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
@@ -423,6 +424,35 @@ Deno.test("state format: a newer format is refused naming its release; none gets
         new RegExp(`format ${STATE_FORMAT + 1}, written by milo-ipam 9\\.0\\.0`),
       );
       assert.match(err.details, /roll forward/);
+      return true;
+    });
+  });
+});
+
+Deno.test("state format: reconcile refuses a newer format before it opens Milo", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/token`, TOKEN + "\n");
+    await Deno.mkdir(`${dir}/state`);
+    await Deno.writeTextFile(
+      `${dir}/state/${STATE_FORMAT_FILE}`,
+      JSON.stringify({ format: STATE_FORMAT + 1, release: "9.0.0" }),
+    );
+    const config = `${dir}/node.json`;
+    await Deno.writeTextFile(
+      config,
+      JSON.stringify({
+        milo: { url: `http://127.0.0.1:${freePort()}`, tokenFile: `${dir}/token` },
+        cluster: "cluster-a",
+        node: "node-a1",
+        log: { file: `${dir}/log/milo-ipam.log` },
+        stateDir: `${dir}/state`,
+        resultsDirs: [`${dir}/results`],
+      }),
+    );
+    await assert.rejects(reconcileCli(["--config", config]), (err: unknown) => {
+      assert.ok(err instanceof CniError);
+      assert.equal(err.code, 7);
+      assert.match(err.message, /written by milo-ipam 9\.0\.0/);
       return true;
     });
   });
