@@ -1,14 +1,5 @@
-import {
-  answerDiffers,
-  type Attachment,
-  claimBody,
-  describeHolder,
-  holderOf,
-  leaseOf,
-  madeBy,
-  mismatches,
-  recordsAnother,
-} from "./claims.ts";
+import { answerDiffers, type Attachment, claimBody, leaseOf } from "./claims.ts";
+import { describeHolder, holderOf, madeBy, mismatches, recordsAnother } from "./holder.ts";
 import { encodeResult, type Lease } from "./cni.ts";
 import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";

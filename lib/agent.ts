@@ -72,6 +72,8 @@ export class Agent {
   #timer: ReturnType<typeof setInterval> | undefined;
   #first: ReturnType<typeof setTimeout> | undefined;
   #reconciling: Promise<void> | undefined;
+  /** Reconcile warnings logged already: each once per agent. */
+  readonly #warned = new Set<string>();
   readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
   /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
@@ -350,6 +352,10 @@ export class Agent {
       for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
       if (r.brake) this.metrics.reconcileBrakes.add({ reason: r.brake.reason });
       this.metrics.otherHostClaims.set(r.otherHosts.reduce((n, h) => n + h.claims, 0));
+      for (const msg of r.warnings.filter((w) => !this.#warned.has(w))) {
+        this.#warned.add(msg);
+        await this.#logger.write("warn", { verb: "RECONCILE", msg });
+      }
       const odd = r.brake || r.otherHosts.length;
       const level = r.errors.length ? "error" : odd ? "warn" : "info";
       await this.#logger.write(level, {

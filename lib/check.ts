@@ -1,4 +1,5 @@
-import { claimName, describeHolder, leaseOf, mismatches } from "./claims.ts";
+import { claimName, leaseOf } from "./claims.ts";
+import { describeHolder, mismatches } from "./holder.ts";
 import { CniError, settleAll } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { familiesOf, type Handler, type Invocation } from "./invocation.ts";

@@ -228,74 +228,6 @@ export function claimBody(
   };
 }
 
-/** Who a claim records as its holder (from its annotations). */
-export interface Holder {
-  cluster?: string;
-  node?: string;
-  network?: string;
-  containerId?: string;
-  ifname?: string;
-  pod?: string;
-  podUid?: string;
-  host?: string;
-}
-
-/** The call id of the ADD that created `claim`, as the claim records it. */
-export function madeBy(claim: IPClaim): string | undefined {
-  return claim.metadata.annotations?.[KEYS.addId];
-}
-
-/** The holder recorded on a claim. */
-export function holderOf(claim: IPClaim): Holder {
-  const ann = claim.metadata.annotations ?? {};
-  return {
-    cluster: ann[KEYS.cluster],
-    node: ann[KEYS.node],
-    network: ann[KEYS.network],
-    containerId: ann[KEYS.containerId],
-    ifname: ann[KEYS.ifname],
-    pod: ann[KEYS.pod],
-    podUid: ann[KEYS.podUid],
-    host: ann[KEYS.host],
-  };
-}
-
-/** A part of a claim's recorded holder that differs from an attachment's. */
-export type Mismatch = "attachment" | "node" | "host" | "network" | "pod";
-
-/**
- * What differs between a claim's recorded holder and `a`: the attachment
- * (cluster, container, interface), the node, the host (a claim made before
- * host identity records none and is not held against it), the network, the
- * pod (UID and namespace/name).
- */
-export function mismatches(claim: IPClaim, a: Attachment): Mismatch[] {
-  const h = holderOf(claim);
-  const pod = a.podName ? `${a.podNamespace ?? ""}/${a.podName}` : undefined;
-  const out: Mismatch[] = [];
-  if (!isHeldBy(claim, a)) out.push("attachment");
-  if (h.node !== a.node) out.push("node");
-  if (h.host !== undefined && h.host !== a.host) out.push("host");
-  if (h.network !== a.network) out.push("network");
-  if (h.podUid !== a.podUid || h.pod !== pod) out.push("pod");
-  return out;
-}
-
-/** The holder a claim records, in one line for an error. */
-export function describeHolder(claim: IPClaim): string {
-  const h = holderOf(claim);
-  return [
-    `cluster=${h.cluster ?? "?"}`,
-    `node=${h.node ?? "?"}`,
-    `host=${h.host ?? "?"}`,
-    `network=${h.network ?? "?"}`,
-    `pod=${h.pod ?? "?"}`,
-    `pod-uid=${h.podUid ?? "?"}`,
-    `container=${h.containerId ?? "?"}`,
-    `ifname=${h.ifname ?? "?"}`,
-  ].join(" ");
-}
-
 /**
  * How a create's answer differs from the claim posted (`body`, as
  * {@link claimBody} builds it): its name, each `milo-ipam.io/` annotation (a
@@ -326,51 +258,11 @@ export function answerDiffers(body: Record<string, unknown>, answer: IPClaim): s
 const quoted = (v: string | undefined) => v === undefined ? "(none)" : JSON.stringify(clip(v, 80));
 
 /**
- * True when a claim records another attachment (cluster, container,
- * interface) or another host than `a`'s, in a value it carries (a missing one
- * records nothing): it may be another holder's.
- */
-export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
-  const h = holderOf(claim);
-  const other = (have: string | undefined, want: string | undefined) =>
-    have !== undefined && have !== want;
-  return other(h.cluster, a.cluster) || other(h.containerId, a.containerId) ||
-    other(h.ifname, a.ifname) || other(h.host, a.host);
-}
-
-/**
- * Why `claim` is not this host's claim of the attachment `a` (its cluster,
- * container and interface, and this host or, recording none, this node), or
- * undefined when it is. Another machine's (a clone running copies of this
- * one's sandboxes) is its own reconcile's to release, or the sweep's.
- */
-export function notHeldHere(claim: IPClaim, a: Attachment): string | undefined {
-  const h = holderOf(claim);
-  if (!isHeldBy(claim, a)) {
-    return `records another holder (container ${h.containerId ?? "?"}, ifname ${
-      h.ifname ?? "?"
-    }, cluster ${h.cluster ?? "?"})`;
-  }
-  if (h.host !== undefined) {
-    return h.host === a.host ? undefined : `recorded for host ${h.host}, not this one`;
-  }
-  return h.node === a.node
-    ? undefined
-    : `records no host, and node ${h.node ?? "(none)"}, not this one`;
-}
-
-/**
  * True for a claim name another sandbox makes again (pod or network identity):
  * such a claim is released only by its uid, never by its name alone.
  */
 export function isSharedName(name: string): boolean {
   return name.startsWith(NAME_PREFIX.pod) || name.startsWith(NAME_PREFIX.network);
-}
-
-/** True when a claim was made by this exact cluster/container/interface. */
-export function isHeldBy(claim: IPClaim, a: Attachment): boolean {
-  const h = holderOf(claim);
-  return h.cluster === a.cluster && h.containerId === a.containerId && h.ifname === a.ifname;
 }
 
 /** Prefix lengths a class may hand out per family when the network does not pin one. */

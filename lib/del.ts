@@ -1,12 +1,5 @@
-import {
-  type Attachment,
-  attachmentOf,
-  canName,
-  claimName,
-  isHeldBy,
-  madeBy,
-  notHeldHere,
-} from "./claims.ts";
+import { type Attachment, attachmentOf, canName, claimName } from "./claims.ts";
+import { madeBy, notHeldHere, sameNode } from "./holder.ts";
 import type { CniEnv } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
@@ -23,11 +16,12 @@ import type { IPClaim } from "./milo_objects.ts";
  * it, whatever the network config says now, and those the config names. A
  * claim already gone counts as released. Under every identity a claim is
  * released only while a fresh GET finds it this attachment's (cluster,
- * container, interface) on this host (or, recording no host, this node): the
- * late DEL of an old sandbox leaves the next holder's claim alone, and a
- * cloned machine's DEL of a sandbox it inherited leaves the original's (its
- * own host's reconcile, or the sweep, judges it). Any other failure fails the
- * DEL so the runtime retries it, and records the claims in the release
+ * container, interface) on this host and node (or, recording no host, this
+ * node): the late DEL of an old sandbox leaves the next holder's claim alone,
+ * and a cloned machine's DEL of a sandbox it inherited leaves the original's,
+ * whether the clone kept the machine-id or not, as long as its node name is
+ * its own (the original's reconcile, or the sweep, judges it). Any other
+ * failure fails the DEL so the runtime retries it, and records the claims in the release
  * journal, so that `milo-ipam reconcile` finishes the release if the runtime
  * gives up; the record keeps what is neither released nor journaled. After an
  * ADD left in doubt (its record still `adding`: killed, or a create
@@ -104,7 +98,7 @@ async function release(inv: Invocation) {
       const why: string[] = [];
       const mine = (c: IPClaim) => {
         const not = notHeldHere(c, a);
-        if (not) why.push(isHeldBy(c, a) ? `${not}: left to that host` : not);
+        if (not) why.push(not);
         else if (c.metadata.uid) seen.set(name, c.metadata.uid);
         return !not;
       };
@@ -149,10 +143,15 @@ async function release(inv: Invocation) {
   throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
 }
 
-/** This host's record of the attachment (one copied from another machine is not). */
+/**
+ * This machine's record of the attachment: one another host wrote, or this
+ * host's machine-id under another node (a state directory copied to a clone),
+ * is not. A record naming no node is judged by its claims' node in Milo.
+ */
 function ownRecord(holdings: Holdings, a: Attachment): Holding | undefined {
   const h = holdings.read(a);
-  return h && (h.host === undefined || h.host === a.host) ? h : undefined;
+  if (!h || (h.host !== undefined && h.host !== a.host)) return undefined;
+  return h.node === undefined || sameNode(h.node, a.node) ? h : undefined;
 }
 
 /**

@@ -1,4 +1,5 @@
-import { holderOf, nodeSelector, notHeldHere } from "./claims.ts";
+import { nodeSelector } from "./claims.ts";
+import { holderOf, notHeldHere } from "./holder.ts";
 import { isPlainObject } from "./cni.ts";
 import type { NetworkConfig } from "./config.ts";
 import { attachmentKey } from "./netconf.ts";

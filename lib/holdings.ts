@@ -8,9 +8,10 @@
  * - removed when a DEL released the claims (or journaled them); put back as
  *   it was when an ADD failed and Milo answered every create it sent.
  *
- * Each names the host and the boot its ADD ran in (lib/host.ts; the boot is
- * read when an ADD writes its record): a record copied to another machine is
- * not that machine's, and the sandbox of a record from an earlier boot died
+ * Each names the host, the node and the boot its ADD ran in (lib/host.ts;
+ * the boot is read when an ADD writes its record): a record copied to another
+ * machine is not that machine's (another host, or the same machine-id under
+ * another node name), and the sandbox of a record from an earlier boot died
  * with it.
  *
  * An `adding` record left behind (the plugin was killed, or a create went
@@ -50,6 +51,11 @@ export interface Holding {
   cluster: string;
   /** The host that wrote it (lib/host.ts): a record copied to another machine is not its own. */
   host?: string;
+  /**
+   * The node it was written under: a record copied to a machine that kept
+   * this one's machine-id under its own node name is not that machine's.
+   */
+  node?: string;
   /**
    * The boot its ADD ran in (lib/host.ts `bootId`): the sandbox that holds the
    * claims of a record from an earlier boot died with that boot.
@@ -242,10 +248,11 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  const { cluster, host, network, containerId, ifname } = a;
+  const { cluster, host, node, network, containerId, ifname } = a;
   return {
     cluster,
     ...(host ? { host } : {}),
+    ...(node ? { node } : {}),
     network,
     containerId,
     ifname,

@@ -9,21 +9,25 @@
  *    in two observations at least `grace` apart, was recorded at least `grace`
  *    ago, and under the attachment's lock, with no later ADD or DEL of it
  *    recorded, is still absent from the caches and in Milo still this host's
- *    claim of that attachment (same uid, released with it as a precondition);
+ *    and node's claim of that attachment (same uid, released with it as a
+ *    precondition);
  *    and never while a brake holds (an empty live set, or one shrunk under
  *    half of the last clean run's), unless forced. A claim of a record an ADD
- *    of an earlier boot wrote (lib/host.ts `bootId`) whose container no cache
- *    names is released at once, past the brakes: every sandbox of that boot
- *    died with it. Milo is listed only when
- *    the node has no record yet (its first run, a lost `stateDir`): its
- *    host's claims are added to the record, claims of another host under this
- *    node name are reported, and claims that record no host are left alone.
+ *    of an earlier boot wrote (lib/host.ts `bootId`, read twice alike) whose
+ *    container no cache names is released at once, past the brakes: every
+ *    sandbox of that boot died with it. Only this machine's records are
+ *    judged: this host's, under this node's name (lib/reconcile_records.ts).
+ *    Milo is listed only when the node has no record yet (its first run, a
+ *    lost `stateDir`): its host's claims are added to the record, claims of
+ *    another host under this node name are reported, and claims that record
+ *    no host are left alone.
  */
-import { holderOf, nodeSelector } from "./claims.ts";
+import { nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
-import { type Holding, Holdings } from "./holdings.ts";
-import { bootId, hostId } from "./host.ts";
+import { holderOf } from "./holder.ts";
+import { Holdings } from "./holdings.ts";
+import { hostId } from "./host.ts";
 import { writeAtomic } from "./journal.ts";
 import {
   type Brake,
@@ -39,6 +43,7 @@ import { lockAttachment } from "./lockfile.ts";
 import type { MiloClient, Release } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { finishJournal, type JournalReport } from "./reconcile_journal.ts";
+import { notOwn, type Recorded, recorded, stableBoot } from "./reconcile_records.ts";
 
 /** What one reconcile run decided for each claim. */
 export interface ReconcileReport {
@@ -58,6 +63,10 @@ export interface ReconcileReport {
   brake: Brake | null;
   /** Claims under this node name made by other hosts, when this run listed Milo (never judged). */
   otherHosts: { host: string; claims: number }[];
+  /** The boot id records were judged against; null: no boot rule this run (see `warnings`). */
+  boot: string | null;
+  /** What an operator should look at that failed nothing (a boot id changing between reads). */
+  warnings: string[];
   released: {
     claim: string;
     /** The journal, the liveness rule, or a record from an earlier boot. */
@@ -85,16 +94,6 @@ export interface ReconcileOptions {
   now?: () => number;
 }
 
-/** One claim of the record, as reconcile judges it. */
-interface Recorded {
-  name: string;
-  uid?: string;
-  address?: string;
-  h: Holding;
-  /** Recorded by an ADD of an earlier boot: its sandbox died with that boot. */
-  earlierBoot: boolean;
-}
-
 /** One reconcile pass; the state file carries the previous observation. */
 export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const now = o.now ?? Date.now;
@@ -115,6 +114,8 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     caches: [],
     brake: null,
     otherHosts: [],
+    boot: null,
+    warnings: [],
     released: [],
     kept: [],
     journal: [],
@@ -134,7 +135,14 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const candidates: Recorded[] = [];
   const dead: Recorded[] = [];
   let absent = 0;
-  for (const c of recorded(holdings, host, bootId(node), now())) {
+  const boot = stableBoot(node);
+  report.boot = boot.id ?? null;
+  if (boot.warning) report.warnings.push(boot.warning);
+  const here = { host, node: node.node };
+  const other = (claim: string, reason: string) => {
+    if (!journaled.has(claim)) report.kept.push({ claim, reason });
+  };
+  for (const c of recorded(holdings, here, boot.id, now(), other)) {
     const { name, h } = c;
     if (journaled.has(name)) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
@@ -172,29 +180,6 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   await Deno.mkdir(node.stateDir, { recursive: true });
   await writeAtomic(stateFileOf(node), next);
   return report;
-}
-
-/**
- * The claims of the record this host wrote: held, or added by an ADD whose
- * deadline has passed (its claims may exist; an ADD still running is left to
- * itself), each marked when its ADD ran in another boot than `boot`.
- */
-function recorded(
-  holdings: Holdings,
-  host: string,
-  boot: string | undefined,
-  now: number,
-): Recorded[] {
-  const out: Recorded[] = [];
-  for (const { h } of holdings.all()) {
-    if (h.host !== undefined && h.host !== host) continue;
-    const earlierBoot = !!boot && !!h.boot && h.boot !== boot;
-    if (h.state === "adding" && now < (h.until ?? 0) && !earlierBoot) continue;
-    for (const c of h.claims) {
-      out.push({ name: c.name, uid: c.uid, address: c.address, h, earlierBoot });
-    }
-  }
-  return out;
 }
 
 /**
@@ -285,16 +270,18 @@ async function releaseOrphans(
         keep("its container reappeared in a result cache on re-check");
         continue;
       }
-      const r = await releaseOwn(o, milo(), c, host);
+      const { r, why } = await releaseOwn(o, milo(), c, host);
       if (!o.dryRun) {
         holdings.forget(key, [name]);
         delete next.absent[name];
       }
       if (r === "changed") {
-        // Not this node's lease any more: no longer counted as one it holds.
+        // Not this machine's lease (any more): no longer counted as one it holds.
         report.kept.push({
           claim: name,
-          reason: "in Milo it is another claim now: left alone, dropped from the record",
+          reason: `in Milo it is ${
+            why ?? "another claim now"
+          }: left alone, dropped from the record`,
         });
         continue;
       }
@@ -323,24 +310,25 @@ async function releaseOrphans(
 
 /**
  * Releases a recorded claim while Milo's claim of that name is still this
- * host's claim of the same attachment (and the recorded uid, when there is
- * one), by its uid as a precondition; a dry run only compares.
+ * machine's claim (this host's, of this node) of the same attachment (and the
+ * recorded uid, when there is one), by its uid as a precondition; a dry run
+ * only compares. Answers why it was not, when Milo's claim is another's.
  */
 async function releaseOwn(
   o: ReconcileOptions,
   milo: MiloClient,
   c: Recorded,
   host: string,
-): Promise<Release> {
+): Promise<{ r: Release; why?: string }> {
+  let why: string | undefined;
   const ours = (claim: IPClaim) => {
-    const h = holderOf(claim);
-    return h.host === host && h.containerId === c.h.containerId && h.ifname === c.h.ifname &&
-      (!c.uid || c.uid === claim.metadata.uid);
+    why = notOwn(claim, c, { host, node: o.node.node });
+    return !why;
   };
-  if (!o.dryRun) return await milo.releaseIf(c.name, ours);
+  if (!o.dryRun) return { r: await milo.releaseIf(c.name, ours), why };
   const current = await milo.getClaim(c.name);
-  if (!current) return "absent";
-  return ours(current) && current.metadata.uid ? "released" : "changed";
+  if (!current) return { r: "absent" };
+  return { r: ours(current) && current.metadata.uid ? "released" : "changed", why };
 }
 
 /** Exit status of a run: 0 done, 1 errors or journal entries left, 2 a brake held. */
@@ -393,6 +381,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
       list: values.list,
     });
     console.log(redactedJson(report, 2));
+    for (const w of report.warnings) console.error(`milo-ipam reconcile: warning: ${w}`);
     return exitOf(report);
   } finally {
     milo.close();

@@ -6,7 +6,7 @@
  * create that may land after its DEL) is kept until `grace` after it was
  * written, releasing its claims whenever they appear.
  */
-import { notHeldHere } from "./claims.ts";
+import { notHeldHere, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
@@ -31,11 +31,13 @@ export interface JournalReport {
  * {@link releaseJournaled}), kept with its attempt count and last error, or
  * dropped, under the attachment's lock and then the entry's (the order ADD
  * and DEL take them in: no call of the attachment runs meanwhile). What is
- * released, gone, or not this host's leaves the node's record; a claim made
- * after the entry stays in it for the liveness rule to judge. An entry
+ * released, gone, or not this machine's leaves the node's record; a claim
+ * made after the entry stays in it for the liveness rule to judge. An entry
  * another host wrote (a state directory copied with a disk image) is that
- * host's: dropped here, its claims left alone. Answers the claim names it
- * dealt with.
+ * host's: dropped here, its claims left alone. One this host's machine-id
+ * wrote under another node name (a clone that kept the machine-id, or the
+ * node's name set differently since) is kept and not judged: its claims are
+ * that node's. Answers the claim names it dealt with.
  */
 export async function finishJournal(
   o: ReconcileOptions,
@@ -71,6 +73,18 @@ export async function finishJournal(
           await journal.update(path, null);
           return;
         }
+        if (!sameNode(entry.node, o.node.node)) {
+          // Kept, not dropped: a node name set differently since (NODE_NAME, `node`) comes back.
+          for (const c of entry.claims) {
+            report.kept.push({
+              claim: c.name,
+              reason: `journal entry written by node ${entry.node} under this host's machine-id ` +
+                `(a copied state directory, or a node name changed): left to node ${entry.node}'s ` +
+                "reconcile or the sweep; entry kept",
+            });
+          }
+          return;
+        }
         await finishEntry(o, milo, now, report, { journal, holdings, host, path, entry });
       });
     } finally {
@@ -96,7 +110,8 @@ async function finishEntry(
   let lastError = entry.lastError;
   for (const c of entry.claims) {
     try {
-      const r = await releaseJournaled(milo(), c, entry, x.host, o.graceMs, now);
+      const here = { ...entry, host: x.host, node: o.node.node };
+      const r = await releaseJournaled(milo(), c, here, o.graceMs, now);
       if (r.outcome === "awaited") {
         waiting.push(c);
         const until = new Date(entry.created + o.graceMs).toISOString();
@@ -106,7 +121,7 @@ async function finishEntry(
       if (r.outcome === "newer") {
         // Not the release owed: the node's record keeps it, and the liveness rule judges it.
         if (r.claim) {
-          const a = { ...entry, host: x.host };
+          const a = { ...entry, host: x.host, node: o.node.node };
           holdings.adopt(a, { name: c.name, uid: r.claim.metadata.uid }, now());
         }
       } else done.push(c.name);
@@ -153,11 +168,11 @@ interface Judged {
 }
 
 /**
- * Releases one journaled claim, only while it is the object the failed call
- * saw and judged this host's claim of the entry's attachment (its uid), or,
- * another or none known, this host's claim of that attachment created before
- * the entry (or, in doubt, before its grace ends). Both ages are told on one
- * clock each: the claim's on Milo's (its creation against the answer's
+ * Releases one journaled claim, only while it is this machine's claim (this
+ * host's, of this node: `entry` carries them) of the entry's attachment, and
+ * the object the failed call saw (its uid) or, another or none known, created
+ * before the entry (or, in doubt, before its grace ends). Both ages are told
+ * on one clock each: the claim's on Milo's (its creation against the answer's
  * `Date`, whole seconds), the entry's on the node's; a claim within a second
  * of the entry counts as newer. An absent claim is `awaited` while an entry
  * in doubt's grace runs (the node's clock on both sides).
@@ -166,21 +181,19 @@ async function releaseJournaled(
   milo: MiloClient,
   c: JournalClaim,
   entry: JournalEntry,
-  host: string,
   graceMs: number,
   now: () => number,
 ): Promise<Judged> {
-  const a = { ...entry, host };
   const why: string[] = [];
   let newer: IPClaim | undefined;
   const r = await milo.releaseIf(c.name, (claim, serverTime) => {
-    // The object the failed call judged this host's claim of the attachment.
-    if (c.uid && claim.metadata.uid === c.uid) return true;
-    const not = notHeldHere(claim, a);
+    const not = notHeldHere(claim, entry);
     if (not) {
-      why.push(`${not}: left to that host`);
+      why.push(not);
       return false;
     }
+    // The object the failed call judged this machine's claim of the attachment.
+    if (c.uid && claim.metadata.uid === c.uid) return true;
     const created = Date.parse(claim.metadata.creationTimestamp ?? "");
     const claimAge = serverTime - Math.floor(created / 1000) * 1000;
     const entryAge = now() - entry.created - (entry.inDoubt ? graceMs : 0);

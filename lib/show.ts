@@ -6,7 +6,8 @@
  * own node (this node name and host) whether its result caches name the
  * container, the node's record of it and its journal entry. Read-only.
  */
-import { clusterSelector, holderOf, KEYS, labelValue, nodeSelector } from "./claims.ts";
+import { clusterSelector, KEYS, labelValue, nodeSelector } from "./claims.ts";
+import { holderOf } from "./holder.ts";
 import { parseCommandLine, usageError } from "./cli.ts";
 import type { NodeConfig } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";

@@ -19,7 +19,8 @@
  * left to their node's reconcile, also when the API does not know the
  * claim's node (lib/sweep_rules.ts).
  */
-import { clusterSelector, holderOf } from "./claims.ts";
+import { clusterSelector } from "./claims.ts";
+import { holderOf } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
 import { keptSize, type ListBound } from "./list_bound.ts";

@@ -79,7 +79,10 @@ async function addThenHangUp(
   }
 }
 
-async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Promise<void>) {
+async function withAgent(
+  fn: (milo: MiloDev, agent: Agent, config: string) => Promise<void>,
+  nodeOver: Record<string, unknown> = {},
+) {
   const milo = await startMiloDev({ seed: PLUGIN_SEED });
   try {
     await withTempDir(async (dir) => {
@@ -97,6 +100,7 @@ async function withAgent(fn: (milo: MiloDev, agent: Agent, config: string) => Pr
           stateDir: `${dir}/state`,
           timeouts: { requestMs: REQUEST_MS, totalMs: 4_000 },
           agent: { socket: `${dir}/run/agent.sock`, reconcileIntervalS: 86_400 },
+          ...nodeOver,
         }),
       );
       const env = (n: string) => n === "MILO_IPAM_CONFIG" ? config : undefined;
@@ -130,4 +134,17 @@ Deno.test("agent: an ADD whose caller was killed is undone; one whose caller too
     }
     assert.equal(await held(milo, "took-over"), 2, "kept: its caller leases the same claims");
   });
+});
+
+Deno.test("agent: a boot id file answering another value each read is warned about once, whatever the reconciles", async () => {
+  await withAgent(async (_milo, agent, config) => {
+    for (let i = 0; i < 3; i++) await agent.reconcileNow();
+    const log = config.replace(/node\.json$/, "milo-ipam.log");
+    const lines = (await Deno.readTextFile(log)).trim().split("\n").map((l) => JSON.parse(l));
+    const runs = lines.filter((l) => l.verb === "RECONCILE" && Array.isArray(l.released));
+    assert.equal(runs.length, 3, "three reconciles ran");
+    const warned = lines.filter((l) => /^bootIdFile .* answered two values/.test(l.msg ?? ""));
+    assert.equal(warned.length, 1, "one warning");
+    assert.equal(warned[0].level, "warn");
+  }, { bootIdFile: "/proc/sys/kernel/random/uuid" });
 });

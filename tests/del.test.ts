@@ -251,11 +251,21 @@ Deno.test("DEL leaves this attachment's claim recorded for another host (a clone
     [
       "no host, another node",
       { [KEYS.host]: undefined, [KEYS.node]: "node-9" },
-      /left alone: pod-\S+-v4 \(records no host, and node node-9, not this one: left to that host\)/,
+      /left alone: pod-\S+-v4 \(records no host, and node node-9, not this one: left to that node or the sweep\)/,
     ],
     [
       "no host, this node (made before claims recorded hosts)",
       { [KEYS.host]: undefined },
+      undefined,
+    ],
+    [
+      "this host, another node (a machine cloned with this one's machine-id)",
+      { [KEYS.node]: "node-a" },
+      /left alone: pod-\S+-v4 \(recorded for node node-a under this host's machine-id, not for this node \(node-1\): left to node node-a's reconcile or the sweep\)/,
+    ],
+    [
+      "this host, this node under its raw hostname (another case)",
+      { [KEYS.node]: "Node-1" },
       undefined,
     ],
   ];
@@ -277,6 +287,27 @@ Deno.test("DEL leaves this attachment's claim recorded for another host (a clone
       });
     });
   }
+});
+
+Deno.test("DEL on a clone that kept the machine-id releases nothing a copied record of the original's node names", async () => {
+  await withStub(async (stub, inv) => {
+    // The original (node-a, this machine-id) leased both families and recorded them.
+    const original = inv({ node: { node: "node-a" } });
+    await add({ ...original, env: { ...original.env, command: "ADD" } });
+    assert.equal(stub.all().length, 2);
+    // The clone (node-1), with the original's state directory, tears the sandbox down under a
+    // network config naming IPv4 only: the record names IPv6 too.
+    const i = inv({ ipam: { classes: { ipv4: "vpc-pods-ipv4" } } });
+    const r = await del(i);
+    assert.deepEqual(r.claims, []);
+    assert.match(r.skipped!, /left alone: pod-\S+-v4 \(recorded for node node-a under this host's/);
+    assert.equal(stub.all().length, 2, "the original's leases stay");
+    assert.equal(stub.seen("DELETE").length, 0);
+    assert.ok(
+      !stub.seen("GET").some((g) => g.path.endsWith(NAME_V6)),
+      "its record is not the clone's",
+    );
+  });
 });
 
 Deno.test("DEL releases what the node recorded whatever the network config says now: a class dropped, the identity switched", async (t) => {

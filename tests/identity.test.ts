@@ -6,7 +6,8 @@
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
 import { check } from "../lib/check.ts";
-import { claimName, holderOf } from "../lib/claims.ts";
+import { claimName } from "../lib/claims.ts";
+import { holderOf } from "../lib/holder.ts";
 import { del } from "../lib/del.ts";
 import { gc } from "../lib/gc.ts";
 import { CniError } from "../lib/errors.ts";

@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
-import { claimBody, claimName, holderOf, KEYS } from "../lib/claims.ts";
+import { claimBody, claimName, KEYS } from "../lib/claims.ts";
+import { holderOf } from "../lib/holder.ts";
 import { del } from "../lib/del.ts";
 import type { Invocation } from "../lib/invocation.ts";
 import { type InvocationOptions, rejectsWith, withVerb } from "../testing/stub_invocation.ts";

@@ -385,6 +385,7 @@ Deno.test("holdings: adding, held, adopted from a LIST, forgotten claim by claim
       until: now + 9_500,
       cluster: "cluster-a",
       host: "h1",
+      node: "node-1",
       network: "vpc-7b3e",
       containerId: "a",
       ifname: "eth0",

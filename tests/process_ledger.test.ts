@@ -6,7 +6,9 @@
  * journal keeps every owed release past its old bound of 1,024.
  */
 import assert from "node:assert/strict";
-import { attachmentHash, KEYS } from "../lib/claims.ts";
+import { attachmentHash, KEYS, ownership } from "../lib/claims.ts";
+import { DEFAULT_HOST_ID_FILE } from "../lib/config.ts";
+import { hostId } from "../lib/host.ts";
 import { Journal } from "../lib/journal.ts";
 import type { IPClaim } from "../lib/milo_objects.ts";
 import type { ReconcileReport } from "../lib/reconcile.ts";
@@ -259,17 +261,25 @@ Deno.test("ledger truth: the journal keeps every owed release past 1,024 entries
   try {
     const journal = new Journal(p.stateDir);
     const owed = 1_100;
+    // The host the install's plugin records on its claims.
+    const host = hostId({ hostIdFile: DEFAULT_HOST_ID_FILE, stateDir: p.stateDir });
     const make = async (i: number) => {
       const name = `owed-${i}`;
       const a = {
         cluster: "cluster-a",
         node: "node-a1",
+        host,
         network: "vpc-7b3e",
         containerId: name,
         ifname: "eth0",
       };
+      // Each claim as the plugin made it: its holder recorded, as the failed DEL read it.
       const r = await miloApi<IPClaim>(milo, "POST", "/namespaces/default/ipclaims", {
-        body: claimBody(name, { className: "vpc-pods-ipv6", ipFamily: "IPv6" }),
+        body: claimBody(name, {
+          className: "vpc-pods-ipv6",
+          ipFamily: "IPv6",
+          ...ownership(a, "ipv6"),
+        }),
       });
       assert.equal(r.status, 201, JSON.stringify(r.body));
       await journal.record(a, [{ name, uid: r.body.metadata.uid }], "Milo answered 503", 1_000 + i);
@@ -347,6 +357,81 @@ Deno.test("ledger truth: a cloned machine's DEL of a sandbox it inherited leaves
     );
     assert.deepEqual(await new Journal(clone.stateDir).list(), []);
 
+    for (const cid of pods) {
+      assert.deepEqual(await leased(milo, cid), before.get(cid), `${cid}: the original keeps it`);
+    }
+  } finally {
+    await clone.cleanup();
+    await original.cleanup();
+    await milo.stop();
+    await Deno.remove(etc, { recursive: true });
+  }
+});
+
+Deno.test("ledger truth: a clone that kept the machine-id under its own node name releases none of the original's leases: DEL, journal, reboot rule", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const etc = await Deno.makeTempDir({ prefix: "milo-ipam-clone-" });
+  const hostIdFile = `${etc}/machine-id`;
+  await Deno.writeTextFile(hostIdFile, "c10e0c10e0c10e0c10e0c10e0c10e0c1\n");
+  await Deno.writeTextFile(`${etc}/boot-a`, "11111111-2222-4333-8444-555555555555\n");
+  await Deno.writeTextFile(`${etc}/boot-b`, "66666666-7777-4888-9999-aaaaaaaaaaaa\n");
+  const original = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    node: "node-a1",
+    nodeConfig: { hostIdFile, bootIdFile: `${etc}/boot-a` },
+  });
+  // The clone: the original's disk and machine-id, its own kernel (boot) and node name.
+  const clone = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    node: "node-b1",
+    nodeConfig: { hostIdFile, bootIdFile: `${etc}/boot-b` },
+  });
+  try {
+    const conf = original.netConf();
+    const pods = ["inherited-1", "inherited-2", "inherited-3"];
+    const before = new Map<string, string[]>();
+    for (const cid of pods) {
+      const r = await original.run({ command: "ADD", containerId: cid, stdin: conf });
+      assertOk(r);
+      before.set(cid, ipsOf(r).map((i) => i.address).sort());
+    }
+    await copyTree(`${original.stateDir}/holdings`, `${clone.stateDir}/holdings`);
+
+    // The clone's runtime tears the first inherited sandbox down: its DEL succeeds, leaving it.
+    const direct = await clone.run({ command: "DEL", containerId: pods[0], stdin: conf });
+    assertOk(direct);
+    const line = (await clone.logLines()).find((l) => l.verb === "DEL");
+    assert.match(
+      String(line?.skipped),
+      /recorded for node node-a1 under this host's machine-id, not for this node \(node-b1\)/,
+    );
+    // The second's DEL meets Milo down: journaled.
+    await milo.setFaults({ errorRate: 1, errorStatuses: [503] });
+    const failed = await clone.run({ command: "DEL", containerId: pods[1], stdin: conf });
+    await milo.clearFaults();
+    assert.equal(failed.json?.code, 11, failed.stdout);
+    // The clone's reconcile: the journal leaves the second, and the third's record (of another
+    // boot, its container in no cache of the clone) is node-a1's, not a dead sandbox of this one.
+    for (let i = 0; i < 2; i++) {
+      const r = await reconcile(clone, "--grace", "0");
+      assert.deepEqual(r.report.released, [], r.stdout);
+      assert.equal(r.report.boot, "66666666-7777-4888-9999-aaaaaaaaaaaa");
+      if (i === 0) {
+        assert.ok(
+          r.report.kept.some((k) =>
+            /^journal entry: claim recorded for node node-a1/.test(k.reason)
+          ),
+          r.stdout,
+        );
+      }
+      assert.ok(
+        r.report.kept.some((k) => /^recorded by node node-a1 under this host's/.test(k.reason)),
+        r.stdout,
+      );
+    }
+    assert.deepEqual(await new Journal(clone.stateDir).list(), []);
     for (const cid of pods) {
       assert.deepEqual(await leased(milo, cid), before.get(cid), `${cid}: the original keeps it`);
     }

@@ -777,6 +777,61 @@ Deno.test("reconcile's journal releases only this host's claims: a clone's entry
   });
 });
 
+Deno.test("reconcile's journal on a clone that kept the machine-id: the original's copied entry is kept, not judged; the clone's entry of an inherited sandbox leaves the original's claim", async () => {
+  await withTempDir(async (dir) => {
+    const w = await setup(dir);
+    w.stub.now = () => w.clock.t;
+    const journal = new Journal(w.node.stateDir);
+    w.clock.t += 60_000;
+    // node-1's pods, running: the clone has its disk (state directory, machine-id, sandboxes).
+    const [inherited] = w.lease("inherited", {}, false);
+    const [copied] = w.lease("copied", {}, false);
+    const [unnamed] = w.lease("unnamed", {}, false);
+    w.clock.t += 60_000;
+    // The clone's DEL of an inherited sandbox failed while Milo was down: no uid read.
+    await journal.record(
+      w.addOf("inherited", { node: { node: "node-b" } }).attachment,
+      [{ name: inherited.metadata.name }],
+      "503",
+      w.clock.t,
+    );
+    // Another, with the uid of a copied record that named no node (an older plugin's).
+    await journal.record(
+      w.addOf("unnamed", { node: { node: "node-b" } }).attachment,
+      [{ name: unnamed.metadata.name, uid: unnamed.metadata.uid }],
+      "503",
+      w.clock.t,
+    );
+    // An entry node-1 wrote (a uid it read), copied with its disk image.
+    await journal.record(
+      w.addOf("copied").attachment,
+      [{ name: copied.metadata.name, uid: copied.metadata.uid }],
+      "503",
+      w.clock.t,
+    );
+    w.clock.t += 10_000;
+    const r = await runAs(w, { ...w.node, node: "node-b" });
+    assert.deepEqual(r.released, []);
+    for (const c of [inherited, unnamed]) {
+      assert.deepEqual(keptFor(r, c), [
+        "journal entry: claim recorded for node node-1 under this host's machine-id, not for " +
+        "this node (node-b): left to node node-1's reconcile or the sweep",
+      ]);
+    }
+    assert.deepEqual(keptFor(r, copied), [
+      "journal entry written by node node-1 under this host's machine-id (a copied state " +
+      "directory, or a node name changed): left to node node-1's reconcile or the sweep; entry kept",
+    ]);
+    assert.deepEqual(
+      (await journal.list()).map((e) => e.entry?.claims.map((c) => c.name)),
+      [[copied.metadata.name]],
+      "the original's entry stays for its node; the clone owes nothing",
+    );
+    assert.equal(w.stub.seen("DELETE").length, 0);
+    for (const c of [inherited, copied, unnamed]) assert.ok(w.stub.get(c.metadata.name));
+  });
+});
+
 Deno.test("reconcile reads each cache entry's head only: a torn or fat entry keeps its container live", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
@@ -858,6 +913,126 @@ Deno.test("reconcile: a record from an earlier boot whose container a cache name
       assert.deepEqual(keptFor(r, c), ["live: a result cache names its container"]);
       assert.ok(w.stub.get(c.metadata.name));
     }
+  });
+});
+
+/** A reconcile run of `w`'s node under the node config `node`. */
+const runAs = (w: Awaited<ReturnType<typeof setup>>, node: NodeConfig) =>
+  reconcile({
+    node,
+    milo: w.stub.client(),
+    graceMs: GRACE_MS,
+    dryRun: false,
+    now: () => w.clock.t,
+  });
+
+const CLONE_BOOT = "0f9e8d7c-6b5a-4948-8372-615049382716";
+
+Deno.test("reconcile on a clone that kept the machine-id under its own node name releases none of the original's records, by boot or by absence", async () => {
+  await withTempDir(async (dir) => {
+    const w = await rebootable(dir);
+    const holdings = new Holdings(w.node.stateDir);
+    /** Rewrites the record of `containerId` without the fields named (an older plugin's). */
+    const older = (containerId: string, ...drop: ("node" | "boot")[]) => {
+      const key = { cluster: "cluster-a", containerId, ifname: "eth0" };
+      const h = { ...holdings.read(key)! };
+      for (const k of drop) delete h[k];
+      holdings.put(key, h);
+    };
+    // node-1's records (w.live, w.orphan), one naming no boot, one naming no node.
+    const unbooted = w.lease("unbooted");
+    older("unbooted", "boot");
+    const unnamed = w.lease("unnamed");
+    older("unnamed", "node");
+    // The clone: node-1's disk (its state directory and machine-id), its own kernel and node name,
+    // and a pod of its own (its live set is not empty: no brake).
+    await w.boot(CLONE_BOOT);
+    const clone: NodeConfig = { ...w.node, node: "node-b" };
+    const own = w.lease("own", { node: { bootIdFile: `${dir}/boot_id`, node: "node-b" } });
+    await w.cache("own");
+    const original = [...w.live, ...w.orphan, ...unbooted];
+    for (let i = 0; i < 3; i++) {
+      const r = await runAs(w, clone);
+      assert.deepEqual(r.released, [], `run ${i}`);
+      assert.equal(r.brake, null);
+      assert.equal(r.boot, CLONE_BOOT);
+      for (const c of original) {
+        assert.deepEqual(keptFor(r, c), [
+          "recorded by node node-1 under this host's machine-id (a copied state directory, or a " +
+          "node name changed): not judged here; left to node node-1's reconcile or the sweep",
+        ]);
+      }
+      // Naming no node, it is judged by its claims' node in Milo: node-1's.
+      for (const c of unnamed) {
+        assert.deepEqual(
+          keptFor(r, c),
+          i === 0
+            ? [
+              "in Milo it is recorded for node node-1 under this host's machine-id: left to node " +
+              "node-1's reconcile or the sweep: left alone, dropped from the record",
+            ]
+            : [],
+        );
+      }
+      for (const c of own) {
+        assert.deepEqual(keptFor(r, c), ["live: a result cache names its container"]);
+      }
+      w.clock.t += GRACE_MS;
+    }
+    assert.equal(w.stub.seen("DELETE").length, 0);
+    for (const c of [...original, ...unnamed, ...own]) assert.ok(w.stub.get(c.metadata.name));
+  });
+});
+
+Deno.test("reconcile: a record of this node under its raw hostname (another case) is this node's: a reboot releases it", async () => {
+  await withTempDir(async (dir) => {
+    const w = await rebootable(dir);
+    const raw = w.lease("raw", { node: { bootIdFile: `${dir}/boot_id`, node: "Node-1" } });
+    await w.boot(CLONE_BOOT);
+    const r = await w.run();
+    assert.equal(r.boot, CLONE_BOOT);
+    assert.deepEqual(
+      r.released.filter((x) => x.containerId === "raw").map((x) => [x.via, x.claim]).sort(),
+      names(raw).map((n) => ["boot", n]),
+    );
+    for (const c of raw) assert.equal(w.stub.get(c.metadata.name), undefined);
+  });
+});
+
+Deno.test("reconcile: a boot id file answering another value each read names no boot: no boot rule; the liveness rule and its brakes apply", async () => {
+  await withTempDir(async (dir) => {
+    const w = await rebootable(dir);
+    const node: NodeConfig = { ...w.node, bootIdFile: "/proc/sys/kernel/random/uuid" };
+    const first = await runAs(w, node);
+    assert.deepEqual(first.released, [], "no record is taken for an earlier boot's");
+    assert.equal(first.boot, null);
+    assert.equal(first.warnings.length, 1);
+    assert.match(
+      first.warnings[0],
+      /^bootIdFile \/proc\/sys\/kernel\/random\/uuid answered two values in two reads: it names no boot/,
+    );
+    for (const c of w.orphan) {
+      assert.deepEqual(keptFor(first, c), [
+        "absent, waiting for a second observation after the grace period",
+      ]);
+    }
+    w.clock.t += GRACE_MS;
+    const second = await runAs(w, node);
+    assert.deepEqual(
+      second.released.map((x) => [x.via, x.claim]).sort(),
+      names(w.orphan).map((n) => ["orphan", n]),
+    );
+    for (const c of w.live) assert.ok(w.stub.get(c.metadata.name));
+    // The brake holds as ever: an emptied cache releases nothing of what is left.
+    const later = w.lease("later");
+    await Deno.remove(w.node.resultsDirs[0], { recursive: true });
+    w.clock.t += GRACE_MS;
+    await runAs(w, node);
+    w.clock.t += GRACE_MS;
+    const braked = await runAs(w, node);
+    assert.equal(braked.brake?.reason, "empty");
+    assert.deepEqual(braked.released, []);
+    for (const c of [...w.live, ...later]) assert.ok(w.stub.get(c.metadata.name));
   });
 });
 

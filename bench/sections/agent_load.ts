@@ -4,7 +4,8 @@
  * pairs sent in-process over the socket while the agent's RSS is sampled, and
  * ADDs in flight across an agent SIGKILL and restart.
  */
-import { holderOf, KEYS } from "../../lib/claims.ts";
+import { KEYS } from "../../lib/claims.ts";
+import { holderOf } from "../../lib/holder.ts";
 import { formatCidr, parseCidr } from "../../lib/ip.ts";
 import { callSocket } from "../agent_socket.ts";
 import { type AgentResults, type Burst, type LoadPoint, summarize } from "../model.ts";
