@@ -114,12 +114,14 @@ export function notHeldHere(claim: IPClaim, a: Attachment): string | undefined {
 }
 
 /**
- * True when two node names name one node: compared without case, for the API
- * knows a node by a lowercase name and a claim or record made before node
- * names were lowercased may carry the raw hostname. A missing name is no node.
+ * True when two node names name one node: compared as the kubelet names a
+ * node after its hostname (trimmed, lowercased), for a claim or record made
+ * before node names were lowercased may carry the raw hostname. A missing
+ * name is no node.
  */
 export function sameNode(a: string | undefined, b: string | undefined): boolean {
-  return a !== undefined && b !== undefined && a.toLowerCase() === b.toLowerCase();
+  const norm = (n: string) => n.trim().toLowerCase();
+  return a !== undefined && b !== undefined && norm(a) === norm(b);
 }
 
 /** True when a claim was made by this exact cluster/container/interface. */
