@@ -9,7 +9,7 @@
 import { parseArgs } from "node:util";
 import { AgentSocket, type SocketCall } from "./agent_socket.ts";
 import type { NodeConfig } from "./config.ts";
-import { readNodeConfig } from "./config_file.ts";
+import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
 import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
@@ -320,8 +320,7 @@ export async function agentCli(args: string[]): Promise<number> {
   } catch (err) {
     throw new CniError("config", "usage: milo-ipam agent [--config FILE]", errorText(err));
   }
-  const env = (n: string) =>
-    n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
+  const env = withConfigFlag(values.config);
   const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();
   console.error(`milo-ipam agent listening on ${agent.socket}`);
