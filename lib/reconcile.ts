@@ -25,10 +25,10 @@
 import { nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
+import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { writeAtomic } from "./journal.ts";
 import {
   type Brake,
   brakeOf,
