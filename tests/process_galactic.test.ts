@@ -192,7 +192,10 @@ async function withWorld(
 for (const mode of MODES) {
   Deno.test(`[${mode}] galactic's masters delegate to milo-ipam: the README's NAD, the chain, ADD, CHECK, DEL, rollback, slots, the hold`, async (t) => {
     await withWorld(mode, async ({ milo, plugin, dir, masterLog, nads, run }) => {
-      const ipam = plugin.netConf().ipam as Json;
+      // One network, one address space: Milo's uniqueness is per address space (scope included,
+      // `internal/scope/scope.go` CanonicalAddressSpace), so every chain here joins the README's.
+      const readmeIpam = ((await readmeNad()).conflist.plugins as Json[])[0].ipam as Json;
+      const ipam = { ...(plugin.netConf().ipam as Json), scope: readmeIpam.scope };
       /** An attachment's conflist: the master, then galactic-bgp with its vpc and attachment. */
       const chain = (
         master: Master,
