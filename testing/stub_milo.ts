@@ -90,6 +90,15 @@ export class StubMilo {
    */
   retained: "rebind" | "conflict" = "rebind";
 
+  /**
+   * A claim DELETE checks its DeleteOptions `preconditions.uid` (409
+   * `Conflict`, as Kubernetes' generic stores do). Off, as Milo:
+   * `AllocatingREST.Delete` (`internal/registry/ipam/ipclaim/storage.go`)
+   * reads the claim by name and deletes it whatever the preconditions say;
+   * a test that turns it on models another server and says why.
+   */
+  checkedPreconditions = false;
+
   readonly #claims = new Map<string, WireClaim>();
   /** Leases kept for claim names deleted under reclaimPolicy Retain. */
   readonly #kept = new Map<string, WireClaim["status"]>();
@@ -344,7 +353,7 @@ export class StubMilo {
     const c = this.get(name, ns);
     if (!c) return statusReply(404, { name });
     const uid = (options?.preconditions as { uid?: string } | undefined)?.uid;
-    if (uid !== undefined && uid !== c.metadata.uid) {
+    if (this.checkedPreconditions && uid !== undefined && uid !== c.metadata.uid) {
       return statusReply(409, {
         name,
         reason: "Conflict",

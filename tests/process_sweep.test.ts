@@ -92,7 +92,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       async () => {
         const r = await sweep("--grace", "0s", "--interval", "1s", "--output", "json");
         assert.equal(r.code, 0, r.stdout + r.stderr);
-        assert.equal(json(r).settings.maxReleaseLimit, 10, "25% of 4 pods, the floor of 10");
+        assert.equal(json(r).settings.maxReleaseLimit, 2, "25% of 4 pods, the floor of 2");
       },
     );
 
