@@ -18,9 +18,11 @@ import {
 import {
   API_PATH,
   claimListTally,
+  type IPAllocation,
+  IPAllocationSchema,
   type IPClaim,
-  IPClaimListHeadSchema,
   IPClaimSchema,
+  ListHeadSchema,
   MAX_BODY_BYTES,
   MAX_PAGES,
   type MiloStatus,
@@ -37,6 +39,7 @@ import type { ClientOptions } from "./milo_options.ts";
 import { keptSize } from "./list_bound.ts";
 import { readList } from "./list_stream.ts";
 import { after } from "./timers.ts";
+import type * as z from "zod/mini";
 
 export { API_PATH, MAX_LIST_BYTES, MAX_LIST_ITEMS } from "./milo_objects.ts";
 
@@ -63,6 +66,11 @@ export interface ClaimList {
   items: IPClaim[];
   serverTime: number;
 }
+
+/** A list kind, and what errors call its items. */
+type List = { kind: string; items: string };
+const CLAIM_LIST: List = { kind: "IPClaimList", items: "claims" };
+const ALLOCATION_LIST: List = { kind: "IPAllocationList", items: "allocations" };
 
 /** Why a claim of a name other sandboxes make again is not deleted under reclaimPolicy Delete. */
 const SHARED_DELETE = "name other sandboxes make again: Milo deletes by name, and an address " +
@@ -282,10 +290,23 @@ export class MiloClient {
    * are bounded across the pages ({@link claimListTally}).
    */
   async listClaimsAt(labelSelector: string): Promise<ClaimList> {
-    const items: IPClaim[] = [], tally = claimListTally("Milo's IPClaimList");
-    const serverTime = await this.scanClaims(labelSelector, (c) => {
-      tally.keep(keptSize(c));
-      items.push(c);
+    return await this.#listAt(CLAIM_LIST, this.#claimsPath(), IPClaimSchema, labelSelector);
+  }
+
+  /**
+   * LISTs every IPAllocation of the namespace (a retained one has no
+   * `spec.claimRef`), bounded as {@link listClaimsAt} is, with Milo's clock.
+   */
+  async listAllocationsAt(): Promise<{ items: IPAllocation[]; serverTime: number }> {
+    const path = `${API_PATH}/namespaces/${this.#o.namespace}/ipallocations`;
+    return await this.#listAt(ALLOCATION_LIST, path, IPAllocationSchema, "");
+  }
+
+  async #listAt<T extends z.ZodMiniType>(list: List, path: string, schema: T, selector: string) {
+    const items: z.infer<T>[] = [], tally = claimListTally(`Milo's ${list.kind}`);
+    const serverTime = await this.#scan(list, path, schema, selector, (item) => {
+      tally.keep(keptSize(item));
+      items.push(item);
     });
     return { items, serverTime };
   }
@@ -302,6 +323,16 @@ export class MiloClient {
     labelSelector: string,
     visit: (claim: IPClaim, serverTime: number) => void,
   ): Promise<number> {
+    return await this.#scan(CLAIM_LIST, this.#claimsPath(), IPClaimSchema, labelSelector, visit);
+  }
+
+  async #scan<T extends z.ZodMiniType>(
+    list: List,
+    path: string,
+    schema: T,
+    labelSelector: string,
+    visit: (item: z.infer<T>, serverTime: number) => void,
+  ): Promise<number> {
     let serverTime = NaN, token: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
@@ -309,22 +340,22 @@ export class MiloClient {
       let head: unknown, n = 0;
       const read: StreamRead = async (body, moved, date) => {
         head = await readList(body, {
-          what: "Milo's IPClaimList",
+          what: `Milo's ${list.kind}`,
           maxItemBytes: MAX_BODY_BYTES,
           onChunk: moved,
-          item: (item) => void (n++, visit(parse(IPClaimSchema, item, "IPClaimList item"), date)),
+          item: (item) => void (n++, visit(parse(schema, item, `${list.kind} item`), date)),
         }).catch((err) => {
           if (!n || err instanceof CniError) throw err;
-          const why = `Milo's IPClaimList broke off after ${n} claims`;
+          const why = `Milo's ${list.kind} broke off after ${n} ${list.items}`;
           throw new CniError("transient", why, errorText(err));
         });
       };
-      const a = await this.#call("GET", this.#claimsPath() + q, undefined, [200], undefined, read);
+      const a = await this.#call("GET", path + q, undefined, [200], undefined, read);
       if (page === 0) serverTime = a.date;
-      token = parse(IPClaimListHeadSchema, head, "IPClaimList").metadata?.continue;
+      token = parse(ListHeadSchema, head, list.kind).metadata?.continue;
       if (!token) return serverTime;
     }
-    throw new CniError("protocol", `Milo's IPClaimList did not end within ${MAX_PAGES} pages`);
+    throw new CniError("protocol", `Milo's ${list.kind} did not end within ${MAX_PAGES} pages`);
   }
 
   #headers(hasBody: boolean): Headers {

@@ -1,6 +1,6 @@
 /**
- * Milo's wire objects as milo-ipam reads them: the IPClaim, its list and
- * the Status object of every error (zod schemas checking
+ * Milo's wire objects as milo-ipam reads them: the IPClaim, the IPAllocation,
+ * their lists and the Status object of every error (zod schemas checking
  * only the fields read), and what an answer turns into: a parsed object, a
  * protocol error for a malformed one, a CniError for a Status.
  */
@@ -51,7 +51,10 @@ export const MAX_LIST_BYTES = 64 * 1024 * 1024;
  */
 export const MAX_LIST_ITEMS = 200_000;
 
-/** What `what` keeps of a claim LIST, against {@link MAX_LIST_BYTES} and {@link MAX_LIST_ITEMS}. */
+/**
+ * What `what` keeps of a LIST of claims (or allocations), against
+ * {@link MAX_LIST_BYTES} and {@link MAX_LIST_ITEMS}.
+ */
 export function claimListTally(what: string, bound?: ListBound): ListTally {
   return new ListTally(what, bound ?? { bytes: MAX_LIST_BYTES, items: MAX_LIST_ITEMS }, {
     bytes: "MAX_LIST_BYTES",
@@ -130,8 +133,76 @@ export const IPClaimSchema = z.object({
 /** A validated IPClaim. */
 export type IPClaim = z.infer<typeof IPClaimSchema>;
 
-/** What an IPClaimList answer holds besides its items: its `continue`. */
-export const IPClaimListHeadSchema = z.object({
+/**
+ * A condition of an IPAllocation as kept: only `Bound` (False `Retained` once
+ * its claim was deleted under Retain: `unbindAllocation`,
+ * `internal/registry/ipam/ipclaim/storage.go`) and `Expiring` (True once its
+ * retention lease elapsed, its message naming the release time:
+ * `markExpiring`, `internal/allocator/sweep.go`) are read.
+ */
+const AllocationConditionSchema = z.object({
+  type: z.string(),
+  status: z.string(),
+  message: z.optional(quotedText),
+  lastTransitionTime: z.optional(z.string()),
+});
+
+/**
+ * An IPAllocation as milo-ipam keeps it (`pkg/apis/ipam/v1alpha1/types.go`):
+ * metadata name, uid and creationTimestamp (Milo gives it no labels or
+ * annotations: `AllocatingREST.Create`); spec ipFamily, poolRef, className,
+ * purpose, claimRef (absent while retained) and the scope's names; status
+ * phase, allocatedCIDR, address and its `Bound` and `Expiring` conditions.
+ */
+export const IPAllocationSchema = z.object({
+  metadata: z.object({
+    name: z.string(),
+    uid: z.optional(z.string()),
+    creationTimestamp: z.optional(z.string()),
+  }),
+  spec: z._default(
+    z.object({
+      ipFamily: z.optional(z.string()),
+      poolRef: z.optional(z.object({ name: z.string() })),
+      className: z.optional(z.string()),
+      purpose: z.optional(z.string()),
+      claimRef: z.optional(z.nullable(z.object({ name: z.string() }))),
+      scope: z.optional(z.record(z.string(), z.object({ name: z.optional(z.string()) }))),
+      reclaimPolicy: z.optional(z.string()),
+    }),
+    {},
+  ),
+  status: z._default(
+    z.object({
+      phase: z.optional(z.string()),
+      allocatedCIDR: z.optional(z.string()),
+      address: z.optional(z.string()),
+      conditions: z.optional(
+        z.pipe(
+          z.array(AllocationConditionSchema),
+          z.transform((cs) => cs.filter((c) => c.type === "Bound" || c.type === "Expiring")),
+        ),
+      ),
+    }),
+    {},
+  ),
+});
+
+/** A validated IPAllocation. */
+export type IPAllocation = z.infer<typeof IPAllocationSchema>;
+
+/**
+ * The IPAllocation Milo makes for claim `name` of `namespace`: `alloc-` and
+ * the first 16 hex digits of SHA-256 of `NAMESPACE/NAME` (`allocationNameFor`,
+ * `internal/registry/ipam/ipclaim/storage.go`). A retained one keeps it, so a
+ * claim of the same name finds it again.
+ */
+export function allocationName(namespace: string, name: string): string {
+  return `alloc-${sha256Hex(`${namespace}/${name}`).slice(0, 16)}`;
+}
+
+/** What a list answer (IPClaimList, IPAllocationList) holds besides its items: its `continue`. */
+export const ListHeadSchema = z.object({
   metadata: z.optional(z.object({ continue: z.optional(z.string()) })),
 });
 const StatusSchema = z.looseObject({
@@ -222,12 +293,11 @@ export function statusError(
  * probe, and this one's allocation insert found the name's allocation
  * (`ErrAllocationExists`, `insertAllocationRow` in
  * `internal/allocator/prefix.go`, through `NewInternalError`), which names
- * the key `…/ipallocations/NAMESPACE/alloc-<16 hex of sha256(NAMESPACE/NAME)>`
- * (`allocationNameFor`, `internal/registry/ipam/ipclaim/storage.go`). The
+ * the key `…/ipallocations/NAMESPACE/` and the claim's {@link allocationName}. The
  * name is taken: the caller reads it, as on a 409.
  */
 export function nameTaken(st: MiloStatus | undefined, namespace: string, name: string): boolean {
-  const alloc = `alloc-${sha256Hex(`${namespace}/${name}`).slice(0, 16)}`;
+  const alloc = allocationName(namespace, name);
   const said = [st?.message ?? "", ...(st?.details?.causes ?? []).map((c) => c.message ?? "")];
   return said.some((m) =>
     m.includes("ipam: allocation already exists") &&

@@ -1,23 +1,27 @@
 /**
  * `milo-ipam show`: who holds a lease. By address (every claim of
- * `milo.namespace` whose lease holds it, of any cluster), by pod or by node
- * (label selectors in this node config's cluster): each claim with its
- * address, holder, node, host and age on Milo's clock, and on the holder's
- * own node (this node name and host) whether its result caches name the
- * container, the node's record of it and its journal entry. Read-only.
+ * `milo.namespace` whose lease holds it, of any cluster; when none does, the
+ * retained allocation that holds it), by pod or by node (label selectors in
+ * this node config's cluster): each claim with its address, holder, node,
+ * host and age on Milo's clock, and on the holder's own node (this node name
+ * and host) whether its result caches name the container, the node's record
+ * of it and its journal entry. `--retained`: every retained allocation of
+ * the namespace (lib/show_retained.ts). Read-only.
  */
 import { clusterSelector, holderOf, KEYS, labelValue, nodeSelector } from "./claims.ts";
 import { parseCommandLine, usageError } from "./cli.ts";
 import type { NodeConfig } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
-import { redact, redactedJson, toCniError } from "./errors.ts";
+import { CniError, redactedJson, toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { cidrContains, type Ip, parseCidr, parseIp } from "./ip.ts";
+import { parseIp } from "./ip.ts";
 import { Journal } from "./journal.ts";
 import { isLive, readLive } from "./liveness.ts";
 import { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { renderShow } from "./show_render.ts";
+import { type Grant, grantsFor, holds, type RetainedRow, retainedRows } from "./show_retained.ts";
 import { SHOW_USAGE } from "./usage.ts";
 import { requireStateFormat } from "./version.ts";
 
@@ -28,7 +32,8 @@ const SHOW_MIN_MS = 60_000;
 export type ShowQuery =
   | { by: "address"; address: string }
   | { by: "pod"; namespace: string; name: string }
-  | { by: "node"; node: string };
+  | { by: "node"; node: string }
+  | { by: "retained" };
 
 /** What the holder's node knows of a claim (only on that node). */
 export interface LocalView {
@@ -76,6 +81,16 @@ export interface ShowReport {
   /** The cluster the pod and node queries select (the node config's). */
   cluster: string;
   claims: ShowRow[];
+  /**
+   * The retained allocations (of `--retained`; of an address no claim holds),
+   * by address; absent when no IPAllocation LIST was made.
+   */
+  retained?: RetainedRow[];
+  /**
+   * A pod with no claim: the node config's grants of a stable identity to
+   * its namespace (empty: none; its pods' addresses are released with them).
+   */
+  grants?: Grant[];
   requests: number;
   error: { message: string; details: string } | null;
 }
@@ -93,16 +108,9 @@ export function selectorOf(q: ShowQuery, cluster: string): {
     const pod = `${q.namespace}/${q.name}`;
     return { selector, keep: (c) => holderOf(c).pod === pod };
   }
+  if (q.by === "retained") return { selector: "", keep: () => false };
   const ip = parseIp(q.address)!;
-  return { selector: "", keep: (c) => holds(c, ip) };
-}
-
-/** Whether a claim's lease holds `ip` (its address, or its block's range). */
-function holds(c: IPClaim, ip: Ip): boolean {
-  const cidr = c.status.allocatedCIDR ? parseCidr(c.status.allocatedCIDR) : null;
-  if (cidr && cidr.family === ip.family && cidrContains(cidr, ip)) return true;
-  const a = c.status.address ? parseIp(c.status.address.split("/")[0]) : null;
-  return !!a && a.family === ip.family && a.ip === ip.ip;
+  return { selector: "", keep: (c) => holds(c.status, ip) };
 }
 
 /** One row per claim; `local` on the holder's node. */
@@ -174,78 +182,23 @@ function exists(path: string): boolean {
   }
 }
 
-/** Seconds as `3d4h`, `2h5m`, `4m10s` or `12s`. */
-export function formatAge(s: number | undefined): string {
-  if (s === undefined) return "?";
-  const parts: [number, string][] = [[86_400, "d"], [3_600, "h"], [60, "m"], [1, "s"]];
-  const out: string[] = [];
-  let left = s;
-  for (const [unit, name] of parts) {
-    if (left >= unit || (unit === 1 && !out.length)) {
-      out.push(`${Math.floor(left / unit)}${name}`);
-      left %= unit;
-    }
-    if (out.length === 2) break;
-  }
-  return out.join("");
-}
-
-/** The report as text: one block per claim. */
-export function renderShow(r: ShowReport): string {
-  const q = r.query;
-  const what = q.by === "address"
-    ? `address ${q.address}`
-    : q.by === "pod"
-    ? `pod ${q.namespace}/${q.name} in cluster ${r.cluster}`
-    : `node ${q.node} in cluster ${r.cluster}`;
-  if (r.error) return `milo-ipam show ${what}: ${r.error.message}\n  ${r.error.details}\n`;
-  const lines = [
-    `${r.claims.length ? r.claims.length : "no"} claim${
-      r.claims.length === 1 ? "" : "s"
-    } for ${what} (namespace ${r.namespace}; one LIST${
-      r.labelSelector ? ` selecting ${r.labelSelector}` : " of every claim"
-    }: Milo reads every claim of the project for it)`,
-  ];
-  for (const c of r.claims) {
-    lines.push(
-      "",
-      `claim ${c.claim}${c.uid ? ` (uid ${c.uid})` : ""}`,
-      `  address  ${c.address ?? "(none)"} ${c.family ?? ""} ${c.phase ?? ""}${
-        c.pool ? ` pool ${c.pool}` : ""
-      }`.trimEnd(),
-      `  holder   pod ${c.pod ?? "?"}${c.podUid ? ` (uid ${c.podUid})` : ""}, container ${
-        c.containerId ?? "?"
-      }, ifname ${c.ifname ?? "?"}, network ${c.network ?? "?"}`,
-      `  where    cluster ${c.cluster ?? "?"}, node ${c.node ?? "?"}, host ${c.host ?? "?"}`,
-      `  age      ${formatAge(c.ageS)}${c.createdAt ? ` (created ${c.createdAt})` : ""}`,
-    );
-    if (c.local) {
-      const named = c.local.cachesNaming.length
-        ? `named by ${c.local.cachesNaming.join(", ")}`
-        : "named by no result cache (reconcile releases it after two runs a grace apart)";
-      lines.push(
-        `  on node  ${named}; record ${c.local.record}; journal ${
-          c.local.journaled ? "owes its release" : "none"
-        }`,
-      );
-    } else if (c.localWhy) {
-      lines.push(`  on node  not checked: ${c.localWhy}`);
-    }
-  }
-  return redact(lines.join("\n")) + "\n";
-}
-
 /** Parses the query of the command line, or answers why it is wrong. */
 export function parseQuery(
   positionals: string[],
   pod: string | undefined,
   node: string | undefined,
+  retained = false,
 ): ShowQuery | string {
-  const given = [positionals.length ? "ADDRESS" : "", pod ? "--pod" : "", node ? "--node" : ""]
-    .filter(Boolean);
+  const given = [
+    positionals.length ? "ADDRESS" : "",
+    pod ? "--pod" : "",
+    node ? "--node" : "",
+    retained ? "--retained" : "",
+  ].filter(Boolean);
   if (given.length !== 1 || positionals.length > 1) {
-    return "give exactly one of ADDRESS, --pod NAMESPACE/NAME and --node NAME";
+    return "give exactly one of ADDRESS, --pod NAMESPACE/NAME, --node NAME and --retained";
   }
+  if (retained) return { by: "retained" };
   if (pod !== undefined) {
     const m = /^([^/\s]+)\/([^/\s]+)$/.exec(pod);
     return m ? { by: "pod", namespace: m[1], name: m[2] } : `--pod ${pod}: NAMESPACE/NAME`;
@@ -264,16 +217,23 @@ export async function showCli(args: string[]): Promise<number> {
     options: {
       pod: { type: "string" },
       node: { type: "string" },
+      retained: { type: "boolean" },
       config: { type: "string" },
       output: { type: "string", default: "text" },
     },
   });
   if ("exit" in p) return p.exit;
-  const v = p.values as { pod?: string; node?: string; config?: string; output: string };
+  const v = p.values as {
+    pod?: string;
+    node?: string;
+    retained?: boolean;
+    config?: string;
+    output: string;
+  };
   if (v.output !== "text" && v.output !== "json") {
     return usageError("milo-ipam show", `--output ${v.output}: text or json`, SHOW_USAGE).exit;
   }
-  const query = parseQuery(p.positionals, v.pod, v.node);
+  const query = parseQuery(p.positionals, v.pod, v.node, v.retained);
   if (typeof query === "string") return usageError("milo-ipam show", query, SHOW_USAGE).exit;
   const report = await show(query, v.config);
   const out = v.output === "json" ? redactedJson(report, 2) + "\n" : renderShow(report);
@@ -281,8 +241,16 @@ export async function showCli(args: string[]): Promise<number> {
   return report.error ? 1 : 0;
 }
 
-/** Runs one query against Milo with the node config (`config`, else the installed one). */
-export async function show(query: ShowQuery, config?: string): Promise<ShowReport> {
+/**
+ * Runs one query against Milo with the node config (`config`, else the
+ * installed one): one LIST of claims, or of IPAllocations for `--retained`;
+ * an address no claim holds costs one more, of IPAllocations.
+ */
+export async function show(
+  query: ShowQuery,
+  config?: string,
+  open: typeof MiloClient.open = MiloClient.open,
+): Promise<ShowReport> {
   const report: ShowReport = {
     kind: "ShowReport",
     version: 1,
@@ -305,12 +273,22 @@ export async function show(query: ShowQuery, config?: string): Promise<ShowRepor
     const { selector, keep } = selectorOf(query, node.cluster);
     report.labelSelector = selector;
     const t = node.timeouts;
-    milo = await MiloClient.open(node, t.requestMs, Date.now() + Math.max(t.totalMs, SHOW_MIN_MS));
-    const list = await milo.listClaimsAt(selector);
-    const claims = list.items.filter(keep).sort((a, b) =>
-      a.metadata.name < b.metadata.name ? -1 : 1
-    );
-    report.claims = await showRows(claims, node, list.serverTime);
+    milo = await open(node, t.requestMs, Date.now() + Math.max(t.totalMs, SHOW_MIN_MS));
+    if (query.by !== "retained") {
+      const list = await milo.listClaimsAt(selector);
+      const claims = list.items.filter(keep).sort((a, b) =>
+        a.metadata.name < b.metadata.name ? -1 : 1
+      );
+      report.claims = await showRows(claims, node, list.serverTime);
+    }
+    if (query.by === "retained" || (query.by === "address" && !report.claims.length)) {
+      const list = await milo.listAllocationsAt().catch(allocationsRefused);
+      const ip = query.by === "address" ? parseIp(query.address)! : undefined;
+      report.retained = retainedRows(list.items, list.serverTime, ip);
+    }
+    if (query.by === "pod" && !report.claims.length) {
+      report.grants = grantsFor(node, query.namespace);
+    }
   } catch (err) {
     const e = toCniError(err);
     report.error = { message: e.message, details: e.details };
@@ -319,4 +297,16 @@ export async function show(query: ShowQuery, config?: string): Promise<ShowRepor
     milo?.close();
   }
   return report;
+}
+
+/** Milo's 403 to the IPAllocation LIST, as what the token lacks. */
+function allocationsRefused(err: unknown): never {
+  const e = toCniError(err);
+  if (e.outcome !== "auth" || !/: HTTP 403\b/.test(e.details)) throw err;
+  throw new CniError(
+    "auth",
+    "Milo forbids this token to list ipallocations (403): retained addresses need it",
+    `${e.details}; grant the token's role list on ipallocations in milo.namespace (group ` +
+      "ipam.miloapis.com), or use show by pod or node",
+  );
 }

@@ -49,7 +49,8 @@ failed. Flags and every rule: the README's "Cluster sweep".`;
 }
 
 /** `milo-ipam show --help`. */
-export const SHOW_USAGE = `usage: milo-ipam show ADDRESS | --pod NAMESPACE/NAME | --node NAME
+export const SHOW_USAGE =
+  `usage: milo-ipam show ADDRESS | --pod NAMESPACE/NAME | --node NAME | --retained
                       [--config FILE] [--output text|json]
 
 Who holds a lease: each matching claim with its address, holder (pod, container,
@@ -57,14 +58,23 @@ interface, network), node, host and age on Milo's clock; on the holder's own nod
 also whether its result caches name the container, its record and its journal entry.
 
   ADDRESS              an IPv4 or IPv6 address (a CIDR's address part is used): every
-                       claim in milo.namespace, of any cluster, whose lease holds it
-  --pod NS/NAME        the claims of that pod in this node config's cluster
+                       claim in milo.namespace, of any cluster, whose lease holds it;
+                       when none does, the retained allocation that holds it
+  --pod NS/NAME        the claims of that pod in this node config's cluster; with none,
+                       whether this node config grants its namespace a stable identity
   --node NAME          the claims of that node in this node config's cluster
+  --retained           every retained address of milo.namespace (IPAllocations Milo
+                       keeps after a Retain claim is deleted, for a claim of the same
+                       name): address, allocation, since when, the lease's end once
+                       Milo names it; by address, with the total
   --config FILE        the node config (default: the installed one)
   --output text|json   text (default) or one JSON object
 
-Each query is one LIST of claims: Milo reads every claim of the project for any LIST
-(a label selector narrows only the answer), so run it by hand, not in a loop.`;
+Each query is one LIST (an address no claim holds, two: the claims, then the
+IPAllocations): Milo reads every object of its kind in the project for any LIST (a
+label selector narrows only the answer), so run it by hand, not in a loop. Milo records
+no pod, namespace or node on a retained allocation (it carries none of its claim's
+labels): how many addresses are retained and which, not whose.`;
 
 /** `milo-ipam version --help`. */
 export const VERSION_USAGE = `usage: milo-ipam version [--output text|json]

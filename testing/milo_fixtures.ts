@@ -118,3 +118,55 @@ export async function nameRaceReply(ns: string, name: string): Promise<Response>
   details.causes = details.causes.map((c) => ({ message: c.message.replace(from, to) }));
   return reply(500, body);
 }
+
+/** A claim as the in-memory Milo keeps it: the fields an IPAllocation copies. */
+type ClaimLike = {
+  metadata: { name: string; namespace: string; uid?: string; creationTimestamp?: string };
+  spec: { className?: string; ipFamily?: string; scope?: unknown; reclaimPolicy?: string };
+  status: { allocatedCIDR?: string; address?: string; poolRef?: { name: string } };
+};
+
+/**
+ * The IPAllocation Milo keeps for `claim` (`ipallocation-list.json`'s shapes):
+ * bound to it, or, `retainedAt` (ms) given, retained after its deletion under
+ * Retain (no `claimRef`, `Bound` False `Retained` at that time). It carries
+ * none of the claim's labels, as Milo's `AllocatingREST.Create` makes it.
+ */
+export function allocationItem(claim: ClaimLike, name: string, retainedAt?: number): JsonObject {
+  const items = fixture<{ items: JsonObject[] }>("ipallocation-list.json").items;
+  const bound = items.find((i) => (i.spec as JsonObject).claimRef)!;
+  const retained = items.find((i) => !(i.spec as JsonObject).claimRef)!;
+  const { metadata: m, spec, status } = claim;
+  const boundCondition = ((retained.status as JsonObject).conditions as JsonObject[])
+    .find((c) => c.type === "Bound")!;
+  return {
+    ...bound,
+    metadata: {
+      name,
+      namespace: m.namespace,
+      uid: `${m.uid ?? "0"}-allocation`,
+      resourceVersion: (bound.metadata as JsonObject).resourceVersion,
+      creationTimestamp: m.creationTimestamp,
+    },
+    spec: {
+      ...(bound.spec as JsonObject),
+      ipFamily: spec.ipFamily,
+      poolRef: status.poolRef,
+      className: spec.className,
+      claimRef: retainedAt === undefined ? { name: m.name } : undefined,
+      scope: spec.scope,
+      reclaimPolicy: spec.reclaimPolicy ?? "Delete",
+    },
+    status: {
+      ...(bound.status as JsonObject),
+      allocatedCIDR: status.allocatedCIDR,
+      address: status.address,
+      ...(retainedAt === undefined ? {} : {
+        conditions: [{
+          ...boundCondition,
+          lastTransitionTime: new Date(retainedAt).toISOString().replace(/\.\d{3}Z$/, "Z"),
+        }],
+      }),
+    },
+  };
+}

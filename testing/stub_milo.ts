@@ -1,13 +1,15 @@
 /**
  * An in-memory Milo for in-process handler tests: a stubbed `fetch` that
- * answers POST/GET/DELETE/LIST of IPClaims and LIST of IPClasses (none: a
- * tenant cannot read Milo's class catalog) in the wire shapes of Milo's API (bodies built from the shared fixtures,
- * testing/milo_fixtures.ts), records every request, and lets a test replace
+ * answers POST/GET/DELETE/LIST of IPClaims, LIST of IPAllocations (bound and
+ * retained) and LIST of IPClasses (none: a tenant cannot read Milo's class
+ * catalog) in the wire shapes of Milo's API (bodies built from the shared
+ * fixtures, testing/milo_fixtures.ts), records every request, and lets a test replace
  * or observe any single request (testing/stub_invocation.ts builds a
  * handler's Invocation over it).
  */
 import { API_PATH, MiloClient } from "../lib/milo.ts";
-import { fixture, namespaceReply, reply, statusReply } from "./milo_fixtures.ts";
+import { allocationName } from "../lib/milo_objects.ts";
+import { allocationItem, fixture, namespaceReply, reply, statusReply } from "./milo_fixtures.ts";
 
 import type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
 export type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
@@ -43,6 +45,7 @@ export function refused(): never {
 }
 
 const CLAIMS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipclaims(?:/([^/]+))?$`);
+const ALLOCATIONS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipallocations$`);
 
 /** Matches one label-selector term (`k=v`, `k==v`, `k!=v`, `k`) against labels. */
 function matchesSelector(selector: string, labels: Record<string, string>): boolean {
@@ -100,8 +103,8 @@ export class StubMilo {
   checkedPreconditions = false;
 
   readonly #claims = new Map<string, WireClaim>();
-  /** Leases kept for claim names deleted under reclaimPolicy Retain. */
-  readonly #kept = new Map<string, WireClaim["status"]>();
+  /** Claims deleted under reclaimPolicy Retain, whose leases are kept for their names, and when. */
+  readonly #kept = new Map<string, { claim: WireClaim; at: number }>();
   readonly #faults: (Fault & { left: number })[] = [];
   readonly #counts = { IPv4: 0, IPv6: 0 };
   #version = 48213;
@@ -201,7 +204,7 @@ export class StubMilo {
         phase: "Bound",
         ...lease,
         poolRef: { name: cls?.pool ?? base.status.poolRef!.name },
-        boundAllocationRef: { name: `alloc-${crypto.randomUUID().slice(0, 16)}` },
+        boundAllocationRef: { name: allocationName(meta.namespace ?? "default", meta.name) },
         ...over.status,
       },
     };
@@ -251,6 +254,8 @@ export class StubMilo {
         items: [],
       });
     }
+    const allocations = ALLOCATIONS.exec(req.path);
+    if (allocations && req.method === "GET") return this.#allocations(allocations[1]);
     const m = CLAIMS.exec(req.path);
     if (!m) {
       return reply(404, {
@@ -296,7 +301,7 @@ export class StubMilo {
           `spec.ipFamily ${spec.ipFamily} does not match IPClass "${spec.className}" (${cls.family})`,
       });
     }
-    const kept = this.#kept.get(`${ns}/${meta.name}`);
+    const kept = this.#kept.get(`${ns}/${meta.name}`)?.claim.status;
     if (kept && this.retained === "conflict") {
       return statusReply(409, {
         name: meta.name,
@@ -318,7 +323,9 @@ export class StubMilo {
 
   /** The lease of a requested `spec.address`, or Milo's 409 when a claim or a retained one has it. */
   #pin(address: string): { status: WireClaim["status"] } | Response {
-    const held = [...this.all().map((c) => c.status), ...this.#kept.values()];
+    const held = [...this.all(), ...[...this.#kept.values()].map((k) => k.claim)].map((c) =>
+      c.status
+    );
     if (held.some((st) => st.address === address || st.allocatedCIDR?.split("/")[0] === address)) {
       return statusReply(409, {
         reason: "Conflict",
@@ -349,6 +356,20 @@ export class StubMilo {
     });
   }
 
+  /** Milo's IPAllocationList of `ns`: one bound to each claim, and the retained ones, by name. */
+  #allocations(ns: string): Response {
+    const bound = this.all().filter((c) => c.metadata.namespace === ns).map((c) =>
+      allocationItem(c, c.status.boundAllocationRef?.name ?? allocationName(ns, c.metadata.name))
+    );
+    const retained = [...this.#kept.values()].filter((k) => k.claim.metadata.namespace === ns)
+      .map((k) => allocationItem(k.claim, allocationName(ns, k.claim.metadata.name), k.at));
+    const items = [...bound, ...retained].sort((a, b) =>
+      (a.metadata as Json).name! < (b.metadata as Json).name! ? -1 : 1
+    );
+    const base = fixture<Json>("ipallocation-list.json");
+    return reply(200, { ...base, metadata: { resourceVersion: String(this.#version) }, items });
+  }
+
   #delete(ns: string, name: string, options: Json | undefined): Response {
     const c = this.get(name, ns);
     if (!c) return statusReply(404, { name });
@@ -362,7 +383,9 @@ export class StubMilo {
       });
     }
     this.remove(name, ns);
-    if (c.spec.reclaimPolicy === "Retain") this.#kept.set(`${ns}/${name}`, c.status);
+    if (c.spec.reclaimPolicy === "Retain") {
+      this.#kept.set(`${ns}/${name}`, { claim: c, at: this.now() });
+    }
     return reply(200, {
       ...c,
       metadata: { ...c.metadata, resourceVersion: String(++this.#version) },
