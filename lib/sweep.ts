@@ -85,7 +85,7 @@ interface Candidate extends Judged {
 interface Observation extends NodeView {
   /** The sweeper's clock as the observation started. */
   at: number;
-  /** The sweeper's clock once Milo's claims were read. */
+  /** The sweeper's clock as Milo's first claim was read (or its list, when empty). */
   read: number;
   /** Milo's clock at its LIST answer (its `Date`; NaN without one). */
   miloAt: number;
@@ -125,8 +125,8 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
       await (o.sleep ?? after)(o.intervalMs);
       second = await observe(o, now, report, first);
     }
-    // The run's start on Milo's clock, at the earliest: the time between the start and the end
-    // of the first claim list includes the moment Milo dated its answer.
+    // The run's start on Milo's clock, at the earliest: the time from the start to the first
+    // claim read includes the moment Milo dated its answer.
     const miloStart = first.miloAt - (first.read - start);
     const pending = decide(o, miloStart, first, second, report);
     const pods = new Set(pending.map((p) => p.c.podUid)).size;
@@ -215,6 +215,7 @@ async function observe(
   const tally = claimListTally("the sweep's candidates of Milo's IPClaimList", o.candidateBound);
   const gonePods = new Set<string>();
   const judge = (claim: IPClaim, serverTime: number) => {
+    if (Number.isNaN(obs.read)) obs.read = now();
     const h = holderOf(claim);
     if (h.cluster !== o.cluster) return void obs.foreign++;
     obs.claims++;
@@ -252,7 +253,7 @@ async function observe(
     "the Milo LIST of the cluster's claims",
     () => milo.scanClaims(clusterSelector(o.cluster), judge),
   );
-  obs.read = now();
+  if (Number.isNaN(obs.read)) obs.read = now();
   obs.claimedPods += gonePods.size;
   report.observations.push({
     at: new Date(obs.at).toISOString(),

@@ -59,7 +59,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       }),
     });
     assert.equal(foreign.status, 201);
-    await nextSecond();
+    await nextSecond(2);
     const base = ["--grace", "0s", "--interval", "1s", "--max-release", "100%"];
 
     await t.step("dry run by default: reports would-release, releases nothing", async () => {
@@ -241,7 +241,7 @@ Deno.test("sweep: Milo's one-answer LIST of 60,000 claims, every one counted, in
       const pod = bulkPod(i, NODES);
       if (i !== 4_321) kube.store.addPod({ ...pod, nodeName: pod.node });
     }
-    await nextSecond();
+    await nextSecond(2);
     const time = "/usr/bin/time";
     const timed = await Deno.stat(time).then(() => true, () => false);
     const args = [
