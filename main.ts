@@ -47,7 +47,7 @@ const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
     usage: (await import("./lib/usage.ts")).SHOW_USAGE,
   }),
   version: async () => ({
-    cli: versionCli,
+    cli: (await import("./lib/version.ts")).versionCli,
     usage: (await import("./lib/usage.ts")).VERSION_USAGE,
   }),
 };
@@ -83,27 +83,6 @@ async function subcommand(name: string, args: string[]): Promise<number> {
     write(JSON.stringify(encodeError(LATEST_VERSION, toCniError(err))) + "\n");
     return 1;
   }
-}
-
-/** `milo-ipam version [--output text|json]`. */
-async function versionCli(args: string[]): Promise<number> {
-  const [{ parseCommandLine }, { versionCli }, { VERSION_USAGE }] = await Promise.all([
-    import("./lib/cli.ts"),
-    import("./lib/version.ts"),
-    import("./lib/usage.ts"),
-  ]);
-  const p = parseCommandLine("milo-ipam version", args, {
-    usage: VERSION_USAGE,
-    options: { output: { type: "string", default: "text" } },
-  });
-  if ("exit" in p) return p.exit;
-  const output = p.values.output;
-  if (output !== "text" && output !== "json") {
-    const { usageError } = await import("./lib/cli.ts");
-    return usageError("milo-ipam version", `--output ${output}: text or json`, VERSION_USAGE).exit;
-  }
-  write(versionCli(output));
-  return 0;
 }
 
 /** `milo-ipam` run by hand: `--help` and `help` print the usage; anything else is wrong. */

@@ -9,8 +9,6 @@ import type { BenchResults, FleetRun } from "./model.ts";
 import { renderReport } from "./report/render.ts";
 import { renderFleetReport } from "./report/render_fleet.ts";
 
-export { renderFleetReport, renderReport };
-
 /** Writes `BASE.md` and `BASE.svg` beside `BASE.json`. */
 export async function writeReport(base: string, r: BenchResults): Promise<void> {
   const svgName = `${base.split("/").pop()}.svg`;

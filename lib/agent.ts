@@ -1,16 +1,16 @@
 /**
  * `milo-ipam agent`: one resident process per node. It answers the exec'd
- * plugin's invocations on a unix socket with the same `invoke` the plugin
- * runs itself, over one warm HTTP client (kept-alive connections, no TLS
- * handshake per call), runs the node reconcile on a timer, serves
- * Prometheus metrics and its readiness and liveness probes on the port
- * `agent.metrics` names, and writes what it logs to stdout as well.
+ * plugin's invocations on a unix socket (lib/agent_socket.ts) with the same
+ * `invoke` the plugin runs itself, over one warm HTTP client (kept-alive
+ * connections, no TLS handshake per call), runs the node reconcile on a
+ * timer, serves Prometheus metrics and its readiness and liveness probes on
+ * the port `agent.metrics` names, and writes what it logs to stdout as well.
  */
 import { parseArgs } from "node:util";
+import { AgentSocket, type SocketCall } from "./agent_socket.ts";
 import type { NodeConfig } from "./config.ts";
-import { readNodeConfig } from "./config_file.ts";
+import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { CniError, errorText, toCniError } from "./errors.ts";
-import { type AgentFrame, FrameReader, type RequestHeader, writeJson } from "./frames.ts";
 import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
@@ -21,16 +21,13 @@ import { Journal } from "./journal.ts";
 import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
 import { MiloClient } from "./milo.ts";
 import { STATUS_PROBE } from "./milo_objects.ts";
-import { ownSocketDir, requirePrivateDirs } from "./owned.ts";
-import { dirOf } from "./paths.ts";
+import { requirePrivateDirs } from "./owned.ts";
 import { Readiness, socketLiveness } from "./readiness.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
 import { RELEASE, requireStateFormat } from "./version.ts";
 
-/** How long a connection may take to deliver its request. */
-const REQUEST_READ_MS = 5_000;
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
 
@@ -65,14 +62,18 @@ export class Agent {
   readonly #warm = new WarmClient();
   /** One limiter of Milo requests for every call and the reconcile, by flow (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
-  readonly #inflight = new Set<Promise<void>>();
   readonly #logger: Logger;
-  #listener: Deno.Listener | undefined;
+  /** The socket the plugins call (lib/agent_socket.ts), its calls answered by this agent. */
+  readonly #socket = new AgentSocket({
+    call: (c) => this.#call(c),
+    answered: (reply, started) => this.#record(reply, started),
+    failed: (err) =>
+      this.#logger.write("error", { msg: "agent connection failed", error: errorText(err) }),
+  });
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #first: ReturnType<typeof setTimeout> | undefined;
   #reconciling: Promise<void> | undefined;
-  readonly #lanes = new Map<string, Promise<void>>();
   #node: NodeConfig;
   /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
   readonly #ready = new Readiness(() => this.#checkMilo());
@@ -97,14 +98,9 @@ export class Agent {
 
   /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
   async start(): Promise<void> {
-    const path = this.socket;
     requirePrivateDirs(this.#node);
     requireStateFormat(this.#node.stateDir);
-    ownSocketDir(dirOf(path));
-    await removeStaleSocket(path);
-    this.#listener = Deno.listen({ transport: "unix", path });
-    await Deno.chmod(path, 0o600);
-    this.#accept(this.#listener);
+    await this.#socket.listen(this.socket);
     const m = this.#node.agent.metrics;
     if (m) {
       const at = m.lastIndexOf(":");
@@ -135,92 +131,14 @@ export class Agent {
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     clearTimeout(this.#first);
-    try {
-      this.#listener?.close();
-    } catch {
-      // Closed already.
-    }
+    this.#socket.close();
     await Deno.remove(this.socket).catch(() => {});
-    const finishing = Promise.allSettled([...this.#inflight, this.#reconciling]);
+    const finishing = Promise.allSettled([...this.#socket.inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
     const metrics = this.#metricsServer;
     this.#metricsServer = undefined;
     await metrics?.close();
     this.#warm.close();
-  }
-
-  #accept(listener: Deno.Listener): void {
-    (async () => {
-      try {
-        for await (const conn of listener) {
-          const p = this.#serve(conn).finally(() => this.#inflight.delete(p));
-          this.#inflight.add(p);
-        }
-      } catch {
-        // Listener closed.
-      }
-    })();
-  }
-
-  async #serve(conn: Deno.Conn): Promise<void> {
-    try {
-      const reader = new FrameReader(conn);
-      const read = (async () =>
-        [await reader.json<RequestHeader>(), await reader.next()] as const)();
-      const got = await within(read, REQUEST_READ_MS, () => null);
-      if (!got || !got[0] || !got[1] || got[0].v !== 1) return;
-      const [header, stdin] = got;
-      // The caller's process may be killed by its runtime (its connection then closes), or
-      // stop waiting and do the call itself (it says so first).
-      const gone = new AbortController();
-      const caller = { tookOver: false };
-      reader.control().then((why) => {
-        caller.tookOver = why === "fallback";
-        gone.abort();
-      });
-      // Frames go out one after the other: the ack may still be writing when the reply is ready.
-      let sending = Promise.resolve();
-      const send = (frame: AgentFrame) =>
-        sending = sending.then(() => writeJson(conn, frame)).catch(() => {});
-      const reply = await this.#inLane(
-        header,
-        () => this.#call(header, stdin, gone.signal, caller, send),
-      );
-      if (!reply) return;
-      const stdout = reply.stdout ? JSON.stringify(reply.stdout) + "\n" : "";
-      await send({ kind: "reply", exitCode: reply.exitCode, stdout });
-      await this.#record(reply, header.started);
-    } catch (err) {
-      await this.#logger.write("error", { msg: "agent connection failed", error: errorText(err) });
-    } finally {
-      try {
-        conn.close();
-      } catch {
-        // Closed already.
-      }
-    }
-  }
-
-  /**
-   * Runs `fn` after every earlier call of the same attachment (container and
-   * interface) has ended, so an ADD whose caller is gone and the runtime's DEL
-   * or next ADD of that attachment never overlap.
-   */
-  async #inLane<T>(header: RequestHeader, fn: () => Promise<T>): Promise<T> {
-    const id = header.env.CNI_CONTAINERID;
-    if (!id) return await fn();
-    const key = `${id}\u0000${header.env.CNI_IFNAME ?? ""}`;
-    const before = this.#lanes.get(key) ?? Promise.resolve();
-    let done = () => {};
-    const mine = before.then(() => new Promise<void>((r) => done = r));
-    this.#lanes.set(key, mine);
-    try {
-      await before;
-      return await fn();
-    } finally {
-      done();
-      if (this.#lanes.get(key) === mine) this.#lanes.delete(key);
-    }
   }
 
   /**
@@ -230,13 +148,7 @@ export class Agent {
    * this ADD is still the attachment's last recorded one (lib/del.ts): a
    * caller that fell back, or a runtime's retry, may hold the same claims.
    */
-  async #call(
-    header: RequestHeader,
-    stdin: Uint8Array,
-    gone: AbortSignal,
-    caller: { tookOver: boolean },
-    send: (frame: AgentFrame) => void,
-  ): Promise<Reply | undefined> {
+  async #call({ header, stdin, gone, caller, send }: SocketCall): Promise<Reply | undefined> {
     if (gone.aborted) return undefined;
     const env = (k: string) => Object.hasOwn(header.env, k) ? header.env[k] : undefined;
     const callId = crypto.randomUUID();
@@ -400,25 +312,6 @@ export class Agent {
   }
 }
 
-/** Removes a socket file nobody answers on; refuses to start beside a live agent. */
-async function removeStaleSocket(path: string): Promise<void> {
-  try {
-    const info = await Deno.lstat(path);
-    if (!info.isSocket) throw new CniError("config", `${path} exists and is not a socket`);
-  } catch (err) {
-    if (err instanceof Deno.errors.NotFound) return;
-    throw err;
-  }
-  try {
-    const c = await Deno.connect({ transport: "unix", path });
-    c.close();
-    throw new CniError("config", `another agent answers on ${path}`);
-  } catch (err) {
-    if (err instanceof CniError) throw err;
-    await Deno.remove(path);
-  }
-}
-
 /** CLI entry: `milo-ipam agent [--config FILE]`; runs until SIGTERM or SIGINT. */
 export async function agentCli(args: string[]): Promise<number> {
   let values;
@@ -427,8 +320,7 @@ export async function agentCli(args: string[]): Promise<number> {
   } catch (err) {
     throw new CniError("config", "usage: milo-ipam agent [--config FILE]", errorText(err));
   }
-  const env = (n: string) =>
-    n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n);
+  const env = withConfigFlag(values.config);
   const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();
   console.error(`milo-ipam agent listening on ${agent.socket}`);

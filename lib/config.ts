@@ -6,15 +6,15 @@
  * timeouts every network is held to. The **network config** (the master's
  * `ipam` block, written by namespace users through a NetworkAttachmentDefinition)
  * may choose only per-network things; the node config may give their defaults.
- * Reading the node config file is lib/config_file.ts.
+ * Reading the node config file is lib/config_file.ts; a network config is
+ * read against the node config by lib/network_config.ts.
  */
 import * as z from "zod/mini";
 import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
+import { issuesOf, type KeyTree, keyTree, refuseUnknownKeys } from "./config_fields.ts";
 import { CniError } from "./errors.ts";
-import { refuseScopeUid } from "./network_scope.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
-import { networkTimeouts } from "./network_timeouts.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
@@ -238,13 +238,6 @@ const NODE_KEYS: KeyTree = {
   ...keyTree(z.object(nodeShape)),
 };
 
-/** The ipam block's keys: the network keys, `type`, and node keys (refused by value). */
-const IPAM_KEYS: KeyTree = {
-  type: null,
-  ...keyTree(NetworkConfigSchema),
-  ...Object.fromEntries(NODE_ONLY_KEYS.map((k) => [k, null])),
-};
-
 /** Validated node settings, with the node name resolved and the file it came from. */
 export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "resultsDirs"> & {
   node: string;
@@ -265,77 +258,6 @@ export type NodeConfig = Omit<z.infer<typeof NodeConfigSchema>, "node" | "result
 export type NetworkConfig = Omit<z.infer<typeof NetworkConfigSchema>, "timeouts"> & {
   timeouts: { requestMs: number; totalMs: number };
 };
-
-function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
-  return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
-}
-
-/** The keys a schema's objects know, by nesting: null for a value with no keys of its own. */
-type KeyTree = { [key: string]: KeyTree | null } | null;
-
-/** The known keys of `schema`'s objects (a record's values under `*`), from the one schema. */
-function keyTree(schema: unknown): KeyTree {
-  // deno-lint-ignore no-explicit-any
-  const def = (schema as any)?._zod?.def;
-  if (!def) return null;
-  if (def.type === "default" || def.type === "optional" || def.type === "nullable") {
-    return keyTree(def.innerType);
-  }
-  if (def.type === "object") {
-    return Object.fromEntries(Object.entries(def.shape).map(([k, v]) => [k, keyTree(v)]));
-  }
-  if (def.type === "record") {
-    const values = keyTree(def.valueType);
-    return values ? { "*": values } : null;
-  }
-  return null;
-}
-
-/** Edit distance (insertions, deletions, substitutions, adjacent swaps) between two keys. */
-function distance(a: string, b: string): number {
-  const x = a.toLowerCase(), y = b.toLowerCase();
-  const d = Array.from({ length: x.length + 1 }, (_, i) => [i, ...Array(y.length).fill(0)]);
-  for (let j = 1; j <= y.length; j++) d[0][j] = j;
-  for (let i = 1; i <= x.length; i++) {
-    for (let j = 1; j <= y.length; j++) {
-      const cost = x[i - 1] === y[j - 1] ? 0 : 1;
-      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost);
-      if (i > 1 && j > 1 && x[i - 1] === y[j - 2] && x[i - 2] === y[j - 1]) {
-        d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[x.length][y.length];
-}
-
-/** The known key nearest to `key` (the first of equals, in the schema's order). */
-export function nearestKey(key: string, known: string[]): string {
-  let best = known[0];
-  for (const k of known) if (distance(key, k) < distance(key, best)) best = k;
-  return best;
-}
-
-/**
- * Throws code 7 for the first key of `value` that `tree` does not know,
- * naming it and the nearest known key at its place: a typo (`gateway` for
- * `gateways`) would otherwise be dropped, and its setting silently absent.
- */
-function refuseUnknownKeys(value: unknown, tree: KeyTree, at: string, where: string): void {
-  if (!tree || !isPlainObject(value)) return;
-  const known = Object.keys(tree).filter((k) => k !== "*");
-  for (const [k, v] of Object.entries(value)) {
-    const sub = Object.hasOwn(tree, k) ? tree[k] : tree["*"];
-    if (sub === undefined) {
-      const near = nearestKey(k, known);
-      throw new CniError(
-        "config",
-        `${where}field ${at}${k}: unknown key; the nearest known key is ${near}`,
-        `known keys${at ? ` of ${at.slice(0, -1)}` : ""}: ${known.join(", ")}`,
-      );
-    }
-    refuseUnknownKeys(v, sub, `${at}${k}.`, where);
-  }
-}
 
 /** A node config as validated, before the node name falls back to the environment. */
 export type ValidatedNodeConfig = Omit<NodeConfig, "node" | "warning"> & { node?: string };
@@ -407,74 +329,4 @@ export function validateNodeConfig(values: unknown, path: string): ValidatedNode
     path,
     defaults,
   };
-}
-
-/** True when every leaf of `given` equals the same leaf of `have`. */
-function sameLeaves(given: unknown, have: unknown): boolean {
-  if (isPlainObject(given)) {
-    return isPlainObject(have) && Object.entries(given).every(([k, v]) => sameLeaves(v, have[k]));
-  }
-  return JSON.stringify(given) === JSON.stringify(have);
-}
-
-/** Throws code 7 naming the first node-only key of the ipam block that differs from the node's. */
-function refuseNodeKeys(ipam: Record<string, unknown>, node: NodeConfig): void {
-  for (const key of NODE_ONLY_KEYS) {
-    if (ipam[key] === undefined) continue;
-    const have = (node as unknown as Record<string, unknown>)[key];
-    if (!sameLeaves(ipam[key], have)) {
-      throw new CniError(
-        "config",
-        `field ipam.${key}: a node setting; a network config may not set it`,
-        `set ${key} in the node config ${node.path}; a network config may set only ${
-          NETWORK_KEYS.join(", ")
-        }`,
-      );
-    }
-  }
-}
-
-const MERGED = ["classes", "gateways", "prefixLengths"] as const;
-
-/**
- * The network settings: node defaults under the ipam block (key by key in
- * MERGED objects). Timeouts above the node's limits are refused; below its
- * floor, an ADD is refused and any other verb is held to the floor (a
- * release is never refused for an attachment made before the floor was).
- * The ipam block may not pin a scope's uid (see {@link refuseScopeUid}); a
- * DEL, which makes no claim, reads it whatever it says.
- */
-export function parseNetwork(
-  ipam: Record<string, unknown>,
-  node: NodeConfig,
-  verb = "ADD",
-): NetworkConfig {
-  refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "");
-  refuseNodeKeys(ipam, node);
-  if (verb !== "DEL") refuseScopeUid(ipam, node);
-  const merged: Record<string, unknown> = { ...node.defaults };
-  for (const key of NETWORK_KEYS) {
-    if (ipam[key] === undefined) continue;
-    const a = merged[key], b = ipam[key];
-    merged[key] = (MERGED as readonly string[]).includes(key) && isPlainObject(a) &&
-        isPlainObject(b)
-      ? { ...a, ...b }
-      : b;
-  }
-  const parsed = NetworkConfigSchema.safeParse(merged);
-  if (!parsed.success) {
-    const issues = issuesOf(parsed.error, "ipam.");
-    throw new CniError("config", issues[0], issues.join("; ") + ` (node config ${node.path})`);
-  }
-  if (parsed.data.reclaimPolicy === "Retain" && parsed.data.identity === "attachment") {
-    const from = ipam.reclaimPolicy === undefined ? `node config ${node.path}` : "network config";
-    throw new CniError(
-      "config",
-      "field ipam.reclaimPolicy: Retain is not allowed for pod leases",
-      `set by the ${from}; a claim named after its container is never made again, so Milo ` +
-        "would keep every removed pod's address retained until its lease ends; use Delete, or " +
-        'identity "pod" or "network" (which retain by a name that is made again)',
-    );
-  }
-  return { ...parsed.data, timeouts: networkTimeouts(parsed.data.timeouts, node, verb) };
 }

@@ -79,6 +79,17 @@ export async function readNodeConfig(
   return warning ? { ...cfg, warning } : cfg;
 }
 
+/**
+ * The environment of a command given `--config FILE`: `MILO_IPAM_CONFIG` is
+ * `config` when given, every other name `env`'s.
+ */
+export function withConfigFlag(
+  config: string | undefined,
+  env: (name: string) => string | undefined = (n) => Deno.env.get(n),
+): (name: string) => string | undefined {
+  return (n) => n === "MILO_IPAM_CONFIG" && config ? config : env(n);
+}
+
 /** The file's text, or undefined when a file not named by the environment is absent. */
 async function readText(path: string, source: NodeConfigSource): Promise<string | undefined> {
   try {

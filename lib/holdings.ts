@@ -23,6 +23,7 @@
  * record matters while the processes that use it live, and a machine that
  * crashes takes its pods with it.
  */
+import { writeAtomicSync } from "./atomic_write.ts";
 import type { Attachment } from "./claims.ts";
 import { attachmentHash } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
@@ -218,24 +219,16 @@ export class Holdings {
 
   #write(a: Key, h: Holding): void {
     const path = this.pathOf(a);
-    const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
-    const bytes = new TextEncoder().encode(JSON.stringify(h));
-    const write = () => Deno.writeFileSync(tmp, bytes, { createNew: true, mode: 0o600 });
+    const text = JSON.stringify(h);
     try {
       try {
-        write();
+        writeAtomicSync(path, text, 0o600);
       } catch (err) {
         if (!(err instanceof Deno.errors.NotFound)) throw err;
         Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-        write();
+        writeAtomicSync(path, text, 0o600);
       }
-      Deno.renameSync(tmp, path);
     } catch (err) {
-      try {
-        Deno.removeSync(tmp);
-      } catch {
-        // Never made.
-      }
       throw new CniError("io", `cannot write ${path}`, errorText(err));
     }
   }

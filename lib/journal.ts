@@ -14,6 +14,7 @@
  * by refusing ADDs of a tenant (a pod namespace) that owes too many
  * (lib/journal_shares.ts, {@link Journal.full}): never another tenant's.
  */
+import { writeAtomic } from "./atomic_write.ts";
 import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
 import {
@@ -25,8 +26,6 @@ import {
   Shares,
 } from "./journal_shares.ts";
 import { lockFile } from "./lockfile.ts";
-
-export { MAX_OWED, MAX_OWED_PER_SHARE, shareOf };
 
 /** One claim a release is owed for. */
 export interface JournalClaim {
@@ -322,24 +321,6 @@ function entryOf(
 }
 
 const baseName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
-
-/** Writes JSON to `path` atomically: a temporary file beside it, fsync, rename. */
-export async function writeAtomic(path: string, value: unknown): Promise<void> {
-  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
-  try {
-    const f = await Deno.open(tmp, { write: true, createNew: true, mode: 0o600 });
-    try {
-      await f.write(new TextEncoder().encode(JSON.stringify(value)));
-      await f.sync();
-    } finally {
-      f.close();
-    }
-    await Deno.rename(tmp, path);
-  } catch (err) {
-    await Deno.remove(tmp).catch(() => {});
-    throw new CniError("io", `cannot write ${path}`, errorText(err));
-  }
-}
 
 function rethrowIo(path: string): (err: unknown) => never {
   return (err) => {

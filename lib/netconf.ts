@@ -5,9 +5,10 @@
  * attachment list for GC.
  */
 import { isPlainObject, MAX_VALUE_CHARS, requireVersion, type Verb } from "./cni.ts";
-import { type NetworkConfig, type NodeConfig, parseNetwork } from "./config.ts";
+import type { NetworkConfig, NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
 import { type Cidr, type Family, parseCidr } from "./ip.ts";
+import { parseNetwork } from "./network_config.ts";
 
 /** The parts of the master plugin's network config that milo-ipam reads. */
 export interface NetConf {

@@ -24,7 +24,7 @@ import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
 import { type Holding, Holdings } from "./holdings.ts";
 import { bootId, hostId } from "./host.ts";
-import { writeAtomic } from "./journal.ts";
+import { writeAtomic } from "./atomic_write.ts";
 import {
   type Brake,
   brakeOf,

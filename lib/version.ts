@@ -1,3 +1,4 @@
+import { writeAtomicSync } from "./atomic_write.ts";
 import { isPlainObject, SUPPORTED_VERSIONS, versionResult } from "./cni.ts";
 import { CniError, errorText } from "./errors.ts";
 
@@ -34,7 +35,7 @@ function requestedVersion(stdin: string): string | undefined {
 }
 
 /** What `milo-ipam version` prints. */
-export function releaseInfo(): Record<string, unknown> {
+function releaseInfo(): Record<string, unknown> {
   return {
     release: RELEASE,
     stateFormat: STATE_FORMAT,
@@ -96,27 +97,39 @@ export function requireStateFormat(stateDir: string, write = true): void {
 }
 
 function writeFormat(path: string): void {
-  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
   const text = JSON.stringify({ format: STATE_FORMAT, release: RELEASE }) + "\n";
   try {
-    Deno.writeTextFileSync(tmp, text, { mode: 0o644 });
-    Deno.renameSync(tmp, path);
+    writeAtomicSync(path, text, 0o644);
   } catch (err) {
-    try {
-      Deno.removeSync(tmp);
-    } catch {
-      // Never written.
-    }
     if (err instanceof Deno.errors.NotFound) return; // stateDir not made yet: the next call writes it
     throw new CniError("io", `cannot write the state format record ${path}`, errorText(err));
   }
 }
 
-/** `milo-ipam version [--output text|json]`: the release, its state format and CNI versions. */
-export function versionCli(output: "text" | "json"): string {
+/**
+ * `milo-ipam version [--output text|json]`: the release, its state format and
+ * CNI versions on stdout; answers the exit code (2 for a wrong command line).
+ */
+export async function versionCli(args: string[]): Promise<number> {
+  const [{ parseCommandLine, usageError }, { VERSION_USAGE }] = await Promise.all([
+    import("./cli.ts"),
+    import("./usage.ts"),
+  ]);
+  const p = parseCommandLine("milo-ipam version", args, {
+    usage: VERSION_USAGE,
+    options: { output: { type: "string", default: "text" } },
+  });
+  if ("exit" in p) return p.exit;
+  const output = p.values.output;
+  if (output !== "text" && output !== "json") {
+    return usageError("milo-ipam version", `--output ${output}: text or json`, VERSION_USAGE).exit;
+  }
   const i = releaseInfo();
-  if (output === "json") return JSON.stringify(i) + "\n";
-  return `milo-ipam ${i.release} (state format ${i.stateFormat}; CNI ${
-    (i.cniVersions as string[]).join(", ")
-  }; Deno ${i.deno})\n`;
+  const text = output === "json"
+    ? JSON.stringify(i) + "\n"
+    : `milo-ipam ${i.release} (state format ${i.stateFormat}; CNI ${
+      (i.cniVersions as string[]).join(", ")
+    }; Deno ${i.deno})\n`;
+  Deno.stdout.writeSync(new TextEncoder().encode(text));
+  return 0;
 }

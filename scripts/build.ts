@@ -119,6 +119,21 @@ export async function writeBundle(dir: string): Promise<void> {
 /** How long a replaced bundle directory stays for processes started from the one before. */
 const KEEP_OLD_BUNDLE_MS = 10 * 60_000;
 
+/** The arguments of `deno bundle` that bundle the module (main.ts) into `outdir`. */
+export function moduleBundleArgs(outdir: string): string[] {
+  return [
+    "bundle",
+    "--quiet",
+    "--minify",
+    "--platform",
+    "deno",
+    "--code-splitting",
+    "--outdir",
+    outdir,
+    "main.ts",
+  ];
+}
+
 /**
  * The module bundled with code splitting: `main.js` and chunks that load only
  * on the path that needs them (the agent path never loads the handlers or
@@ -128,20 +143,7 @@ function bundleFiles(): Promise<Bundle> {
   bundling ??= (async () => {
     const dir = await Deno.makeTempDir({ prefix: "milo-ipam-bundle-" });
     try {
-      const bundled = await run(
-        [
-          "bundle",
-          "--quiet",
-          "--minify",
-          "--platform",
-          "deno",
-          "--code-splitting",
-          "--outdir",
-          dir,
-          "main.ts",
-        ],
-        COMPILE_TIMEOUT_MS,
-      );
+      const bundled = await run(moduleBundleArgs(dir), COMPILE_TIMEOUT_MS);
       if (!bundled.ok) throw new Error(`deno bundle failed:\n${bundled.output}`);
       const files = new Map<string, string>();
       for (const e of [...Deno.readDirSync(dir)].sort((x, y) => x.name < y.name ? -1 : 1)) {

@@ -143,8 +143,11 @@ function validate(values: Record<string, unknown>, path: string): NodeConfig {
   }
 }
 
-/** The CA the node config's `milo.caFile` needs, from the ConfigMap or the Secret. */
-async function caOf(o: NodeInstallOptions, node: NodeConfig): Promise<string | undefined> {
+/** The CA `milo.caFile` needs, from the ConfigMap or the Secret: its checked text, its file. */
+async function caOf(
+  o: NodeInstallOptions,
+  node: NodeConfig,
+): Promise<{ text: string; from: string } | undefined> {
   const [inMap, inSecret] = [await key(o.configMap, "ca.crt"), await key(o.secret, "ca.crt")];
   if (inMap !== undefined && inSecret !== undefined) {
     throw new Refused("ca.crt is in both the ConfigMap and the Secret: keep it in one");
@@ -164,7 +167,7 @@ async function caOf(o: NodeInstallOptions, node: NodeConfig): Promise<string | u
         "has ca.crt",
     );
   }
-  return checkCa(ca, from);
+  return { text: checkCa(ca, from), from };
 }
 
 /** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
@@ -199,7 +202,7 @@ export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
   requireStateFormat(node.stateDir);
   await Deno.mkdir(dirname(o.nodeConfig), { recursive: true, mode: 0o755 });
   await writeAtomic(node.milo.tokenFile, token, 0o600);
-  if (ca && node.milo.caFile) await writeAtomic(node.milo.caFile, ca, 0o644);
+  if (ca && node.milo.caFile) await writeAtomic(node.milo.caFile, ca.text, 0o644);
   await writeAtomic(o.nodeConfig, JSON.stringify(values, null, 2) + "\n", 0o644);
   const r = await install({
     dir: o.dir,
@@ -236,14 +239,13 @@ export async function sweepInstall(o: {
   const values = await nodeConfigOf(m);
   const given = validate(values, m.nodeConfig);
   const ca = await caOf(m, given);
-  const [inMap] = [await key(o.configMap, "ca.crt")];
   const milo = values.milo as Record<string, unknown>;
   const sweep = {
     ...values,
     milo: {
       ...milo,
       tokenFile: join(o.secret, "token"),
-      ...(ca ? { caFile: join(inMap !== undefined ? o.configMap : o.secret, "ca.crt") } : {}),
+      ...(ca ? { caFile: ca.from } : {}),
     },
     log: { file: join(o.work, "log", "sweep.log"), level: "info" },
     resultsDirs: [join(o.work, "results")],
@@ -369,12 +371,8 @@ export async function nodeInstallCli(args: string[]): Promise<number> {
       .exit;
   }
   if (v.mode !== undefined && !["auto", "compile", "launcher"].includes(v.mode)) {
-    return usageError(
-      "node-install",
-      `--mode ${v.mode}: auto, compile or launcher`,
-      NODE_INSTALL_USAGE,
-    )
-      .exit;
+    const why = `--mode ${v.mode}: auto, compile or launcher`;
+    return usageError("node-install", why, NODE_INSTALL_USAGE).exit;
   }
   const mode = v.mode as InstallOptions["mode"];
   const say = (m: string) => console.error(`milo-ipam node-install: ${m}`);

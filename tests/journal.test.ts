@@ -5,7 +5,8 @@ import { claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { hostId } from "../lib/host.ts";
-import { IN_DOUBT, Journal, type JournalEntry, writeAtomic } from "../lib/journal.ts";
+import { writeAtomic } from "../lib/atomic_write.ts";
+import { IN_DOUBT, Journal, type JournalEntry } from "../lib/journal.ts";
 import {
   CONTAINER_ID,
   invocation,

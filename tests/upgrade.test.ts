@@ -10,6 +10,7 @@
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
+import { moduleBundleArgs } from "../scripts/build.ts";
 import { install } from "../scripts/install.ts";
 import { KEYS } from "../lib/claims.ts";
 import { RELEASE, STATE_FORMAT, STATE_FORMAT_FILE } from "../lib/version.ts";
@@ -20,7 +21,10 @@ import { ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 const ROOT = new URL("../", import.meta.url).pathname;
 const NEXT = `${RELEASE}-next`;
 
-/** This tree's plugin bundled with RELEASE = `release`, into a temp dir: another release's bundle. */
+/**
+ * This tree's plugin bundled as the build bundles it, with RELEASE = `release`,
+ * into a temp dir: another release's bundle.
+ */
 async function bundleAs(release: string): Promise<string> {
   const src = await Deno.makeTempDir({ prefix: "milo-ipam-release-" });
   for (const f of ["main.ts", "deno.json", "deno.lock"]) {
@@ -35,17 +39,7 @@ async function bundleAs(release: string): Promise<string> {
   );
   const out = join(src, "bundle");
   const r = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "bundle",
-      "--quiet",
-      "--minify",
-      "--platform",
-      "deno",
-      "--code-splitting",
-      "--outdir",
-      out,
-      "main.ts",
-    ],
+    args: moduleBundleArgs(out),
     cwd: src,
     stdout: "piped",
     stderr: "piped",

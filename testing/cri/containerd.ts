@@ -18,7 +18,7 @@ import { CNI_PLUGINS, LIBCNI_RESULTS, Podman, podmanMissing, runCmd } from "../p
 import { CriClient, type PodSandboxConfig } from "./client.ts";
 import { deleteRuncLeftovers, killShims, removeCgroups, unmountUnder } from "./leftovers.ts";
 
-export { CNI_PLUGINS, LIBCNI_RESULTS };
+export { LIBCNI_RESULTS };
 
 /** Bounds of the start-up waits. */
 const READY_MS = 30_000;
