@@ -9,7 +9,7 @@ import type { Handler, Invocation } from "./invocation.ts";
 import { isLive, readLive } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { Release } from "./milo.ts";
-import type { IPClaim } from "./milo_objects.ts";
+import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
 const DELETE_CONCURRENCY = 8;
@@ -51,10 +51,7 @@ export const gc: Handler = async (inv) => {
     if (isBeingAdded(inv, h.containerId, h.ifname)) return false;
     // Released by its uid only: a claim without one is left.
     if (!c.metadata.uid) return false;
-    // Both clocks of Milo count whole seconds (`Date`, and `creationTimestamp` as Kubernetes
-    // stamps it): compare them at that resolution.
-    const created = Math.floor(Date.parse(c.metadata.creationTimestamp ?? "") / 1000) * 1000;
-    return !Number.isNaN(created) && miloNow - created >= minAgeMs;
+    return ageOnMilo(c, miloNow) >= minAgeMs; // an unknown age (NaN) is kept
   }).map((c) => ({ c, record: recordOf(inv, c) }));
   const claims: string[] = [];
   const failures: CniError[] = [];

@@ -54,8 +54,12 @@ const MIN_SEND_MS = 50;
 /** An accepted answer: its status, its JSON body (none when streamed) and its `Date`. */
 type Answer = { status: number; body: unknown; date: number };
 
-/** Reads a 200's body as a stream; `moved` is called as it arrives. */
-type StreamRead = (body: ReadableStream<Uint8Array>, moved: () => void) => Promise<void>;
+/** Reads a 200's body as a stream; `moved` is called as it arrives; `date` is the answer's. */
+type StreamRead = (
+  body: ReadableStream<Uint8Array>,
+  moved: () => void,
+  date: number,
+) => Promise<void>;
 
 /** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
 export interface ClaimList {
@@ -207,11 +211,15 @@ export class MiloClient {
 
   /**
    * Releases the claim `name` only while it is the object with `uid`: a fresh
-   * GET compares the uid, and the DELETE carries it as a precondition, so a
-   * newer claim of the same name is never released.
+   * GET compares the uid, and the DELETE carries it as a precondition (see
+   * {@link releaseIf}: Milo ignores it; `note` hears what was done instead).
    */
-  async releaseClaim(name: string, uid: string): Promise<Release> {
-    return await this.releaseIf(name, (c) => c.metadata.uid === uid);
+  async releaseClaim(
+    name: string,
+    uid: string,
+    note?: (why: string) => void,
+  ): Promise<Release> {
+    return await this.releaseIf(name, (c) => c.metadata.uid === uid, note);
   }
 
   /**
@@ -306,11 +314,15 @@ export class MiloClient {
   /**
    * LISTs claims matching a label selector, following `continue` pages, each
    * answer read as a stream (Milo answers a whole tenant at once): `visit`
-   * gets each claim (as {@link IPClaimSchema} keeps it) as it is read. Answers
-   * Milo's clock at the first page (NaN without a `Date`). An answer that
-   * breaks off after some claims were visited fails (it is not asked again).
+   * gets each claim (as {@link IPClaimSchema} keeps it) as it is read, with
+   * Milo's clock of the answer that carried it (its `Date`; NaN without one).
+   * Answers Milo's clock at the first page. An answer that breaks off after
+   * some claims were visited fails (it is not asked again).
    */
-  async scanClaims(labelSelector: string, visit: (claim: IPClaim) => void): Promise<number> {
+  async scanClaims(
+    labelSelector: string,
+    visit: (claim: IPClaim, serverTime: number) => void,
+  ): Promise<number> {
     return await this.#scan(CLAIM_LIST, this.#claimsPath(), IPClaimSchema, labelSelector, visit);
   }
 
@@ -319,19 +331,19 @@ export class MiloClient {
     path: string,
     schema: T,
     labelSelector: string,
-    visit: (item: z.infer<T>) => void,
+    visit: (item: z.infer<T>, serverTime: number) => void,
   ): Promise<number> {
     let serverTime = NaN, token: string | undefined;
     for (let page = 0; page < MAX_PAGES; page++) {
       const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
         (token ? `&continue=${encodeURIComponent(token)}` : "");
       let head: unknown, n = 0;
-      const read: StreamRead = async (body, moved) => {
+      const read: StreamRead = async (body, moved, date) => {
         head = await readList(body, {
           what: `Milo's ${list.kind}`,
           maxItemBytes: MAX_BODY_BYTES,
           onChunk: moved,
-          item: (item) => void (n++, visit(parse(schema, item, `${list.kind} item`))),
+          item: (item) => void (n++, visit(parse(schema, item, `${list.kind} item`), date)),
         }).catch((err) => {
           if (!n || err instanceof CniError) throw err;
           const why = `Milo's ${list.kind} broke off after ${n} ${list.items}`;
@@ -427,7 +439,7 @@ export class MiloClient {
         const date = Date.parse(res.headers.get("date") ?? "");
         if (stream && res.status === 200 && res.body) {
           watch!.moved();
-          await stream(res.body, watch!.moved);
+          await stream(res.body, watch!.moved, date);
           return { status: 200, body: undefined, date };
         }
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");

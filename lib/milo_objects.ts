@@ -332,6 +332,23 @@ export function namespaceRefused(
 }
 
 /**
+ * A claim's creation on Milo's clock: its `creationTimestamp`, which
+ * Kubernetes stamps in whole seconds, cut to the second (NaN without one).
+ */
+export function createdOnMilo(claim: IPClaim): number {
+  return Math.floor(Date.parse(claim.metadata.creationTimestamp ?? "") / 1000) * 1000;
+}
+
+/**
+ * A claim's age on Milo's clock alone: `serverTime`, the `Date` of the answer
+ * that carried it (whole seconds too; see MiloClient), less
+ * {@link createdOnMilo}. NaN when either is missing: an unknown age.
+ */
+export function ageOnMilo(claim: IPClaim, serverTime: number): number {
+  return serverTime - createdOnMilo(claim);
+}
+
+/**
  * The create that makes `claim` (an answer: the fields kept) again, as it
  * was: name, the `milo-ipam.io/` labels and annotations, class, family,
  * scope, reclaim policy. Under Retain Milo re-binds the retained address to

@@ -13,7 +13,7 @@ import { hostId } from "./host.ts";
 import { Journal, type JournalClaim, type JournalEntry } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
-import type { IPClaim } from "./milo_objects.ts";
+import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
 import type { ReconcileOptions, ReconcileReport } from "./reconcile.ts";
 
 /** A journal entry the run could not finish. */
@@ -194,8 +194,7 @@ async function releaseJournaled(
     }
     // The object the failed call judged this machine's claim of the attachment.
     if (c.uid && claim.metadata.uid === c.uid) return true;
-    const created = Date.parse(claim.metadata.creationTimestamp ?? "");
-    const claimAge = serverTime - Math.floor(created / 1000) * 1000;
+    const claimAge = ageOnMilo(claim, serverTime);
     const entryAge = now() - entry.created - (entry.inDoubt ? graceMs : 0);
     if (claimAge - 1_000 >= entryAge) return true;
     newer = claim;

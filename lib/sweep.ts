@@ -10,8 +10,10 @@
  * two observations at least `interval` apart, its pod absent from both pod
  * lists (the second taken after the first claim list showed the claim, and a
  * pod precedes its claims), it is older than `grace` and older than the run,
- * and just before the DELETE a fresh GET of the pod by namespace/name shows it
- * gone (or with another UID) and a fresh GET of the claim shows the same uid.
+ * both on Milo's clock (a Milo answer without a usable `Date` keeps every
+ * candidate), and just before the DELETE a fresh GET of the pod by
+ * namespace/name shows it gone (or with another UID) and a fresh GET of the
+ * claim shows the same uid.
  * Brakes (an empty pod or node list while the cluster has claims, any list
  * error, the claims of more pods to release than `maxRelease`) stop the run
  * before anything is released. Pods that may still run without their API
@@ -25,7 +27,7 @@ import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
 import { keptSize, type ListBound } from "./list_bound.ts";
 import type { MiloClient, Release } from "./milo.ts";
-import { claimListTally, type IPClaim } from "./milo_objects.ts";
+import { ageOnMilo, claimListTally, createdOnMilo, type IPClaim } from "./milo_objects.ts";
 import {
   type Action,
   emptyReport,
@@ -60,22 +62,34 @@ export interface SweepOptions {
 
 /**
  * A `P%` `--max-release` never allows fewer pods than this, so a small
- * cluster's ordinary losses (a node, a few pods) never trip it.
+ * cluster's ordinary loss (one pod, dual-stack or not, or two) never trips
+ * it, while a bad pod list of a small cluster releases no more than this.
  */
-export const MAX_RELEASE_FLOOR = 10;
+export const MAX_RELEASE_FLOOR = 2;
+
+/** Why every candidate is kept when Milo's clock is unknown. */
+const NO_DATE = "Milo's LIST answer carried no usable Date header: the claim's age on Milo's " +
+  "clock is unknown";
 
 /** What the sweep keeps of a candidate claim. */
 interface Candidate extends Judged {
   name: string;
   uid?: string;
+  /** Creation and age on Milo's clock ({@link ageOnMilo}: NaN when unknown). */
   created: number;
+  ageMs: number;
   address: string | null;
   podUid: string;
   reason: Reason;
 }
 
 interface Observation extends NodeView {
+  /** The sweeper's clock as the observation started. */
   at: number;
+  /** The sweeper's clock as Milo's first claim was read (or its list, when empty). */
+  read: number;
+  /** Milo's clock at its LIST answer (its `Date`; NaN without one). */
+  miloAt: number;
   claims: number;
   foreign: number;
   withoutPodUid: number;
@@ -112,7 +126,10 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
       await (o.sleep ?? after)(o.intervalMs);
       second = await observe(o, now, report, first);
     }
-    const pending = decide(o, start, first, second, report);
+    // The run's start on Milo's clock, at the earliest: the time from the start to the first
+    // claim read includes the moment Milo dated its answer.
+    const miloStart = first.miloAt - (first.read - start);
+    const pending = decide(o, miloStart, first, second, report);
     const pods = new Set(pending.map((p) => p.c.podUid)).size;
     const limit = limitOf(o.maxRelease, second.claimedPods);
     Object.assign(report.totals, { pods: second.claimedPods, podsToRelease: pods });
@@ -180,6 +197,8 @@ async function observe(
   ]);
   const obs: Observation = {
     at: now(),
+    read: NaN,
+    miloAt: NaN,
     claims: 0,
     foreign: 0,
     withoutPodUid: 0,
@@ -196,7 +215,8 @@ async function observe(
   const judged = !!pods.length && !!nodes.length;
   const tally = claimListTally("the sweep's candidates of Milo's IPClaimList", o.candidateBound);
   const gonePods = new Set<string>();
-  const judge = (claim: IPClaim) => {
+  const judge = (claim: IPClaim, serverTime: number) => {
+    if (Number.isNaN(obs.read)) obs.read = now();
     const h = holderOf(claim);
     if (h.cluster !== o.cluster) return void obs.foreign++;
     obs.claims++;
@@ -215,7 +235,8 @@ async function observe(
     const c: Candidate = {
       name,
       uid: claim.metadata.uid,
-      created: Date.parse(claim.metadata.creationTimestamp ?? ""),
+      created: createdOnMilo(claim),
+      ageMs: ageOnMilo(claim, serverTime),
       address: claim.status.allocatedCIDR ?? claim.status.address ?? null,
       pod: h.pod,
       podUid: h.podUid,
@@ -229,10 +250,11 @@ async function observe(
     if (live === undefined) gonePods.add(h.podUid);
   };
   const milo = o.milo.withDeadline(Date.now() + o.operationMs);
-  await listed(
+  obs.miloAt = await listed(
     "the Milo LIST of the cluster's claims",
     () => milo.scanClaims(clusterSelector(o.cluster), judge),
   );
+  if (Number.isNaN(obs.read)) obs.read = now();
   obs.claimedPods += gonePods.size;
   report.observations.push({
     at: new Date(obs.at).toISOString(),
@@ -263,7 +285,7 @@ interface Pending {
 /** Adds a row per candidate of either observation; answers those that may be released. */
 function decide(
   o: SweepOptions,
-  start: number,
+  miloStart: number,
   first: Observation,
   second: Observation,
   report: SweepReport,
@@ -281,22 +303,27 @@ function decide(
       podUid: c.podUid,
       node: c.node ?? null,
       reason: c.reason,
-      ageMs: Number.isNaN(c.created) ? null : second.at - c.created,
+      ageMs: Number.isNaN(c.ageMs) ? null : c.ageMs,
       action: "kept",
       why: "",
     };
     report.rows.push(row);
-    const why = keptBecause(o, start, c1, c2, first, second) ?? mayStillRun(c, first, second);
+    const why = keptBecause(o, miloStart, c1, c2, first, second) ??
+      mayStillRun(c, first, second);
     if (why) row.why = why;
     else pending.push({ row, c });
   }
   return pending;
 }
 
-/** Why a candidate is kept without a re-check, or null when it may be released. */
+/**
+ * Why a candidate is kept without a re-check, or null when it may be
+ * released. Its creation and age are told on Milo's clock alone, the
+ * observations' interval on the sweeper's.
+ */
 function keptBecause(
   o: SweepOptions,
-  start: number,
+  miloStart: number,
   c1: Candidate | undefined,
   c2: Candidate | undefined,
   first: Observation,
@@ -312,9 +339,10 @@ function keptBecause(
   if (second.at - first.at < o.intervalMs) return "observations less than --interval apart";
   if (!c2.uid) return "the claim has no uid to release it by";
   if (Number.isNaN(c2.created)) return "the claim has no creation time";
+  if (Number.isNaN(c2.ageMs) || Number.isNaN(miloStart)) return NO_DATE;
   // creationTimestamp counts whole seconds: a claim stamped in the start's second may be newer.
-  if (c2.created >= Math.floor(start / 1000) * 1000) return "created after the run started";
-  if (second.at - c2.created < o.graceMs) return "younger than --grace";
+  if (c2.created >= Math.floor(miloStart / 1000) * 1000) return "created after the run started";
+  if (c2.ageMs < o.graceMs) return "younger than --grace";
   if (!podRef(c2.pod)) return "no pod namespace/name recorded to re-check";
   return null;
 }
@@ -329,15 +357,17 @@ async function recheck(o: SweepOptions, row: SweepRow, c: Candidate): Promise<vo
       return;
     }
     const milo = o.milo.withDeadline(Date.now() + o.operationMs);
+    const notes: string[] = [];
     let r: Release;
-    if (o.apply) r = await milo.releaseClaim(c.name, c.uid!);
+    if (o.apply) r = await milo.releaseClaim(c.name, c.uid!, (w) => notes.push(w));
     else {
       const current = await milo.getClaim(c.name);
       r = !current ? "absent" : current.metadata.uid === c.uid ? "released" : "changed";
     }
     if (r === "absent") row.why = "claim gone from Milo on re-check";
-    else if (r === "changed") row.why = "claim uid changed on re-check";
-    else {
+    else if (r === "changed") {
+      row.why = ["claim uid changed on re-check", ...notes].join(": ");
+    } else {
       row.action = o.apply ? "released" : "would-release";
       row.why = pod ? `pod ${row.pod} now has uid ${pod.uid}` : `pod ${row.pod} not found`;
     }

@@ -99,12 +99,14 @@ interface SeedTokens {
 }
 
 /**
- * Waits into the next whole second. milo-dev stamps `creationTimestamp` in
- * whole seconds, and the sweep counts a claim stamped in its first second as
- * newer than the run, so claims a test means to be older are made before it.
+ * Waits into the `n`-th next whole second. milo-dev stamps `creationTimestamp`
+ * and `Date` in whole seconds, and the sweep counts a claim as newer than the
+ * run unless it was stamped before the second of the run's start on Milo's
+ * clock, which it takes as the first LIST's `Date` less the time it took to
+ * read it: claims a test means to be older are made two seconds before.
  */
-export function nextSecond(): Promise<void> {
-  return new Promise((r) => setTimeout(r, 1_010 - Date.now() % 1_000));
+export function nextSecond(n = 1): Promise<void> {
+  return new Promise((r) => setTimeout(r, (n - 1) * 1_000 + 1_010 - Date.now() % 1_000));
 }
 
 /** Starts milo-dev and waits for its ready line; the error carries the child's stderr. */

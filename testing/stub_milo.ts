@@ -93,6 +93,15 @@ export class StubMilo {
    */
   retained: "rebind" | "conflict" = "rebind";
 
+  /**
+   * A claim DELETE checks its DeleteOptions `preconditions.uid` (409
+   * `Conflict`, as Kubernetes' generic stores do). Off, as Milo:
+   * `AllocatingREST.Delete` (`internal/registry/ipam/ipclaim/storage.go`)
+   * reads the claim by name and deletes it whatever the preconditions say;
+   * a test that turns it on models another server and says why.
+   */
+  checkedPreconditions = false;
+
   readonly #claims = new Map<string, WireClaim>();
   /** Claims deleted under reclaimPolicy Retain, whose leases are kept for their names, and when. */
   readonly #kept = new Map<string, { claim: WireClaim; at: number }>();
@@ -365,7 +374,7 @@ export class StubMilo {
     const c = this.get(name, ns);
     if (!c) return statusReply(404, { name });
     const uid = (options?.preconditions as { uid?: string } | undefined)?.uid;
-    if (uid !== undefined && uid !== c.metadata.uid) {
+    if (this.checkedPreconditions && uid !== undefined && uid !== c.metadata.uid) {
       return statusReply(409, {
         name,
         reason: "Conflict",

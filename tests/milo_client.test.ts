@@ -7,6 +7,7 @@ import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";
 import { MiloLimiter } from "../lib/limiter.ts";
 import { type ClientOptions, MiloClient } from "../lib/milo.ts";
+import { StubMilo } from "../testing/stub_milo.ts";
 import { VirtualClock } from "../testing/virtual_clock.ts";
 
 const FIXTURES = new URL("./fixtures/milo/", import.meta.url);
@@ -151,6 +152,8 @@ Deno.test("releaseClaim deletes only the same object: uid compared, then sent as
   const changed = scripted([{ status: 200, body: claim }]);
   assert.equal(await changed.client.releaseClaim(name, "another-uid"), "changed");
   assert.equal(changed.seen.length, 1, "no DELETE of another object");
+  // A server that checks the uid precondition answers 409 Conflict: Kubernetes' generic stores
+  // do, not Milo (`AllocatingREST.Delete` reads by name; the next test is Milo's answer).
   const raced = scripted([{ status: 200, body: claim }, {
     status: 409,
     body: { kind: "Status", code: 409, reason: "Conflict", message: "Precondition failed" },
@@ -225,6 +228,44 @@ Deno.test("Milo ignores the uid precondition: a newer claim the DELETE removed i
       e.message,
       /removed a newer claim .*uid-of-the-newer-claim.*making it again failed/,
     );
+  });
+});
+
+Deno.test("over the in-memory Milo, which deletes by name as Milo does: a newer claim deleted in its place is made again", async (t) => {
+  const claimed = (stub: StubMilo) => {
+    const body = {
+      metadata: { name: "pod-3f9a1c2b7d4e5f60a1b2-v4", labels: {}, annotations: {} },
+      spec: { className: "vpc-pods-ipv4", ipFamily: "IPv4" },
+    };
+    const old = stub.materialize(body);
+    // Made again between the release's GET and its DELETE (same name, a new uid, the same lease).
+    stub.inject({
+      method: "DELETE",
+      answer: (_req, s) => void s.put({ ...old, metadata: { ...old.metadata, uid: "newer" } }),
+    });
+    return old;
+  };
+  await t.step(
+    "by default the DELETE removes the newer claim: made again, its address pinned",
+    async () => {
+      const stub = new StubMilo();
+      const old = claimed(stub);
+      const client = stub.client();
+      assert.equal(await client.releaseClaim(old.metadata.name, old.metadata.uid!), "changed");
+      const again = stub.get(old.metadata.name)!;
+      assert.equal(again.status.allocatedCIDR, old.status.allocatedCIDR);
+      assert.notEqual(again.metadata.uid, "newer", "a claim made again");
+      assert.deepEqual(stub.requests.map((r) => r.method), ["GET", "DELETE", "POST"]);
+    },
+  );
+  await t.step("checkedPreconditions: 409 Conflict, nothing deleted", async () => {
+    // Opts in to what Kubernetes' generic stores do (not Milo) to show the client meets it too.
+    const stub = new StubMilo();
+    stub.checkedPreconditions = true;
+    const old = claimed(stub);
+    assert.equal(await stub.client().releaseClaim(old.metadata.name, old.metadata.uid!), "changed");
+    assert.equal(stub.get(old.metadata.name)!.metadata.uid, "newer");
+    assert.deepEqual(stub.requests.map((r) => r.method), ["GET", "DELETE"]);
   });
 });
 

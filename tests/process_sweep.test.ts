@@ -59,7 +59,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       }),
     });
     assert.equal(foreign.status, 201);
-    await nextSecond();
+    await nextSecond(2);
     const base = ["--grace", "0s", "--interval", "1s", "--max-release", "100%"];
 
     await t.step("dry run by default: reports would-release, releases nothing", async () => {
@@ -92,7 +92,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       async () => {
         const r = await sweep("--grace", "0s", "--interval", "1s", "--output", "json");
         assert.equal(r.code, 0, r.stdout + r.stderr);
-        assert.equal(json(r).settings.maxReleaseLimit, 10, "25% of 4 pods, the floor of 10");
+        assert.equal(json(r).settings.maxReleaseLimit, 2, "25% of 4 pods, the floor of 2");
       },
     );
 
@@ -241,7 +241,7 @@ Deno.test("sweep: Milo's one-answer LIST of 60,000 claims, every one counted, in
       const pod = bulkPod(i, NODES);
       if (i !== 4_321) kube.store.addPod({ ...pod, nodeName: pod.node });
     }
-    await nextSecond();
+    await nextSecond(2);
     const time = "/usr/bin/time";
     const timed = await Deno.stat(time).then(() => true, () => false);
     const args = [

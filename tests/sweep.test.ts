@@ -22,13 +22,23 @@ const status = (code: number, reason: string, name?: string) =>
     status: code,
   });
 
-/** Milo's IPClaim API for the calls the sweep makes, with hooks and a request log. */
+/**
+ * Milo's IPClaim API for the calls the sweep makes, with hooks and a request
+ * log. Like Milo it deletes by name whatever a DELETE's `preconditions` say
+ * (`AllocatingREST.Delete`, `internal/registry/ipam/ipclaim/storage.go`),
+ * answers the claim it deleted, refuses a create of a taken name or a pinned
+ * address held (409), and dates every answer by its own clock (`now`; no
+ * `Date` header while it is undefined).
+ */
 export class MiloStub {
   readonly claims = new Map<string, Json>();
   readonly log: string[] = [];
   listStatus = 200;
+  /** Milo's clock, sent as each answer's `Date` (whole seconds, as Go's net/http writes it). */
+  now?: () => number = () => T0;
   onGet?: (name: string) => void;
   onDelete?: (name: string) => void;
+  onCreate?: (name: string) => void;
   constructor(readonly maxPage = 500) {}
 
   add(
@@ -57,14 +67,18 @@ export class MiloStub {
     return claim;
   }
 
-  fetch = (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> =>
-    Promise.resolve(this.#answer(input, init));
+  fetch = (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
+    const res = this.#answer(input, init);
+    if (this.now) res.headers.set("date", new Date(this.now()).toUTCString());
+    return Promise.resolve(res);
+  };
 
   #answer(input: RequestInfo | URL, init: RequestInit): Response {
     const url = new URL(String(input));
     const method = init.method ?? "GET";
     this.log.push(`${method} ${url.pathname.slice(CLAIMS.length) || "/"}${url.search}`);
     const name = url.pathname.slice(CLAIMS.length + 1);
+    if (!name && method === "POST") return this.#create(JSON.parse(String(init.body)));
     if (!name) return this.#list(url.searchParams);
     if (method === "GET") {
       this.onGet?.(name);
@@ -74,10 +88,30 @@ export class MiloStub {
     this.onDelete?.(name);
     const c = this.claims.get(name);
     if (!c) return status(404, "NotFound", name);
-    const uid = JSON.parse(String(init.body ?? "{}")).preconditions?.uid;
-    if (uid && uid !== c.metadata.uid) return status(409, "Conflict", name);
     this.claims.delete(name);
     return Response.json({ ...c, status: { ...c.status, phase: "Releasing" } });
+  }
+
+  #create(body: Json): Response {
+    const name = body.metadata.name;
+    this.onCreate?.(name);
+    if (this.claims.has(name)) return status(409, "AlreadyExists", name);
+    const address = body.spec.address;
+    const held = (c: Json) => c.status.allocatedCIDR.split("/")[0] === address;
+    if (address && [...this.claims.values()].some(held)) return status(409, "Conflict");
+    const claim = {
+      apiVersion: "ipam.miloapis.com/v1alpha1",
+      kind: "IPClaim",
+      metadata: {
+        ...body.metadata,
+        uid: crypto.randomUUID(),
+        creationTimestamp: new Date((this.now ?? Date.now)()).toISOString(),
+      },
+      spec: body.spec,
+      status: { phase: "Bound", allocatedCIDR: `${address ?? "10.40.9.9"}/32` },
+    };
+    this.claims.set(name, claim);
+    return Response.json(claim, { status: 201 });
   }
 
   #list(q: URLSearchParams): Response {
@@ -99,6 +133,8 @@ export class MiloStub {
 export function world(o: { miloPage?: number; kubePage?: number; bystander?: boolean } = {}) {
   const milo = new MiloStub(o.miloPage);
   const kube = new KubeDevApi();
+  // Milo's clock: the sweeper's, `miloSkew` ahead (behind when negative).
+  milo.now = () => w.clock + w.miloSkew;
   for (const n of ["node-1", "node-2"]) kube.store.addNode(n);
   // A pod without a claim (host network), so a cluster of orphans alone is not an empty list.
   if (o.bystander !== false) {
@@ -108,6 +144,7 @@ export function world(o: { miloPage?: number; kubePage?: number; bystander?: boo
     milo,
     kube,
     clock: T0,
+    miloSkew: 0,
     sleeps: [] as number[],
     between: undefined as (() => void) | undefined,
     onPodGet: undefined as (() => void) | undefined,
@@ -354,20 +391,70 @@ Deno.test("a candidate of the second observation only is kept", async () => {
   assert.deepEqual(w.deletes(), ["DELETE /c-gone-0"]);
 });
 
-Deno.test("a claim whose uid changed before the release is kept (GET and DELETE precondition)", async () => {
-  for (const hook of ["onGet", "onDelete"] as const) {
-    const w = world();
+Deno.test("a claim whose uid changed by the re-check's GET is kept, no DELETE sent", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  w.milo.onGet = (name) => {
+    w.milo.claims.get(name).metadata.uid = "new-uid";
+    w.milo.onGet = undefined;
+  };
+  const r = await w.run();
+  assert.equal(row(r, "c-gone-0").action, "kept");
+  assert.equal(row(r, "c-gone-0").why, "claim uid changed on re-check");
+  assert.equal(w.milo.claims.get("c-gone-0").metadata.uid, "new-uid");
+  assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("a newer claim of the name made between the re-check's GET and DELETE: Milo deletes it, the sweep makes it again", async (t) => {
+  // Milo deletes by name whatever the DELETE's uid precondition says; the answer is the claim it
+  // deleted, whose uid tells the sweep it was not the one it judged.
+  const newer = (w: ReturnType<typeof world>) => {
     w.orphan("gone-0");
-    w.milo[hook] = (name) => {
-      w.milo.claims.get(name).metadata.uid = "new-uid";
-      w.milo[hook] = undefined;
+    w.milo.onDelete = (name) => {
+      w.milo.claims.get(name).metadata.uid = "uid-of-the-newer-claim";
+      w.milo.onDelete = undefined;
     };
+  };
+  await t.step("made again at its address", async () => {
+    const w = world();
+    newer(w);
+    const address = w.milo.claims.get("c-gone-0").status.allocatedCIDR;
     const r = await w.run();
-    assert.equal(row(r, "c-gone-0").action, "kept", hook);
-    assert.equal(row(r, "c-gone-0").why, "claim uid changed on re-check");
-    assert.ok(w.milo.claims.has("c-gone-0"));
-    assert.equal(w.deletes().length, hook === "onGet" ? 0 : 1);
-  }
+    assert.equal(r.exitCode, 0, r.message);
+    assert.equal(row(r, "c-gone-0").action, "kept");
+    assert.match(
+      row(r, "c-gone-0").why,
+      /^claim uid changed on re-check: the DELETE removed a newer claim of that name \(uid uid-of-the-newer-claim\): made again$/,
+    );
+    const again = w.milo.claims.get("c-gone-0");
+    assert.equal(again.status.allocatedCIDR, address, "its address pinned");
+    assert.equal(again.metadata.annotations[KEYS.pod], "shop/gone-0", "its holder's record");
+    assert.deepEqual(w.milo.log.filter((l) => /^(DELETE|POST)/.test(l)), [
+      "DELETE /c-gone-0",
+      "POST /",
+    ]);
+  });
+  await t.step(
+    "its address taken before the sweep could make it again: failed, naming both",
+    async () => {
+      const w = world();
+      newer(w);
+      const address = w.milo.claims.get("c-gone-0").status.allocatedCIDR;
+      // A first-fit create of another pod takes the freed address between the DELETE and the POST.
+      w.milo.onCreate = () => {
+        w.milo.onCreate = undefined;
+        w.milo.add("c-other").status.allocatedCIDR = address;
+      };
+      const r = await w.run();
+      assert.equal(r.exitCode, 3, r.message);
+      assert.equal(row(r, "c-gone-0").action, "failed");
+      assert.match(
+        row(r, "c-gone-0").why,
+        /removed a newer claim of that name \(uid uid-of-the-newer-claim\), and making it again failed/,
+      );
+      assert.ok(!w.milo.claims.has("c-gone-0"));
+    },
+  );
 });
 
 Deno.test("the final pod GET showing the same UID (or its mirror) keeps the lease", async () => {
@@ -422,6 +509,65 @@ Deno.test("a claim stamped in the second the run started is newer than the run",
   const r = await w.run({ graceMs: 0 });
   assert.equal(row(r, "c-same-second").why, "created after the run started");
   assert.deepEqual(w.deletes(), ["DELETE /c-second-before"]);
+});
+
+Deno.test("grace is measured on Milo's clock, behind or ahead of the sweeper's", async (t) => {
+  const MIN = 60_000;
+  const stamp = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, "Z");
+  for (const skew of [-15 * MIN, 15 * MIN]) {
+    await t.step(`Milo ${skew < 0 ? "behind" : "ahead"} by 15 minutes`, async () => {
+      const w = world();
+      w.miloSkew = skew;
+      const milo = T0 + skew; // Milo's clock as the run starts
+      // Made 5 s before the run on Milo's clock: a just-ADDed pod the pod list has not shown yet.
+      w.orphan("fresh").metadata.creationTimestamp = stamp(milo - 5_000);
+      w.orphan("old").metadata.creationTimestamp = stamp(milo - 20 * MIN);
+      const r = await w.run({ graceMs: 10 * MIN });
+      assert.equal(row(r, "c-fresh").action, "kept");
+      assert.equal(row(r, "c-fresh").why, "younger than --grace");
+      assert.equal(row(r, "c-fresh").ageMs, 35_000, "on Milo's clock, at the second observation");
+      assert.equal(row(r, "c-old").action, "released");
+      assert.equal(row(r, "c-old").ageMs, 20 * MIN + 30_000);
+      assert.deepEqual(w.deletes(), ["DELETE /c-old"]);
+    });
+  }
+  await t.step(
+    "Milo behind: a claim of the run's start second on Milo's clock is newer than the run",
+    async () => {
+      const w = world();
+      w.miloSkew = -15 * MIN;
+      w.orphan("same-second").metadata.creationTimestamp = stamp(T0 - 15 * MIN);
+      w.orphan("second-before").metadata.creationTimestamp = stamp(T0 - 15 * MIN - 1_000);
+      const r = await w.run({ graceMs: 0 });
+      assert.equal(row(r, "c-same-second").why, "created after the run started");
+      assert.deepEqual(w.deletes(), ["DELETE /c-second-before"]);
+    },
+  );
+});
+
+Deno.test("Milo's answers without a usable Date: no claim's age is known, every candidate kept", async () => {
+  for (const date of [undefined, "not a date"]) {
+    const w = world();
+    w.milo.now = undefined;
+    if (date) {
+      const plain = w.milo.fetch;
+      w.milo.fetch = async (input, init) => {
+        const res = await plain(input, init);
+        res.headers.set("date", date);
+        return res;
+      };
+    }
+    w.orphan("gone-0");
+    const r = await w.run({ graceMs: 0 });
+    assert.equal(r.exitCode, 0, r.message);
+    assert.equal(row(r, "c-gone-0").action, "kept", String(date));
+    assert.equal(
+      row(r, "c-gone-0").why,
+      "Milo's LIST answer carried no usable Date header: the claim's age on Milo's clock is unknown",
+    );
+    assert.equal(row(r, "c-gone-0").ageMs, null);
+    assert.deepEqual(w.deletes(), []);
+  }
 });
 
 Deno.test("a pod with the claim's UID keeps it in every phase, scheduled or not", async () => {
@@ -492,8 +638,8 @@ Deno.test("max-release N and P% count pods: more than allowed brakes, else relea
   const cases: [SweepOptions["maxRelease"], number, number][] = [
     [{ count: 1 }, 2, 1],
     [{ count: 2 }, 0, 2],
-    [{ percent: 25 }, 0, 10], // 25% of 4 pods is 1: the floor of 10 pods
-    [{ percent: 0 }, 0, 10],
+    [{ percent: 25 }, 0, 2], // 25% of 4 pods is 1: the floor of 2 pods
+    [{ percent: 0 }, 0, 2],
   ];
   for (const [maxRelease, exit, limit] of cases) {
     const w = world();
@@ -518,8 +664,8 @@ Deno.test("max-release N and P% count pods: more than allowed brakes, else relea
 });
 
 Deno.test("max-release P% scales with the pods with claims past the floor", async () => {
-  // 80 pods with claims, 12 of them gone: 25% is 20, 15% is 12, 10% is 8 (the floor: 10).
-  for (const [percent, limit, exit] of [[25, 20, 0], [15, 12, 0], [10, 10, 2]]) {
+  // 80 pods with claims, 12 of them gone: 25% is 20, 15% is 12, 10% is 8, 1% is 0 (the floor: 2).
+  for (const [percent, limit, exit] of [[25, 20, 0], [15, 12, 0], [10, 8, 2], [1, 2, 2]]) {
     const w = world();
     for (let i = 0; i < 68; i++) w.live(`web-${i}`);
     for (let i = 0; i < 12; i++) w.orphan(`gone-${i}`);
@@ -528,6 +674,22 @@ Deno.test("max-release P% scales with the pods with claims past the floor", asyn
     assert.equal(r.exitCode, exit, `${percent}%`);
     assert.equal(w.deletes().length, exit ? 0 : 12, `${percent}%`);
   }
+});
+
+Deno.test("max-release P%: its floor of 2 pods brakes a small cluster losing most of its pods", async () => {
+  // A 4-pod cluster whose pod list lost 3 pods (a bad API answer): 25% is 1, the floor 2.
+  const w = world();
+  for (let i = 0; i < 3; i++) w.orphan(`gone-${i}`);
+  w.live("web-0");
+  const r = await w.run({ maxRelease: { percent: 25 } });
+  assert.equal(r.exitCode, 2, r.message);
+  assert.equal(r.settings.maxReleaseLimit, 2);
+  assert.deepEqual([r.totals.pods, r.totals.podsToRelease], [4, 3]);
+  assert.match(
+    r.message,
+    /the claims of 3 pods would be released, .*\(2 of the 4 pods with claims\)/,
+  );
+  assert.deepEqual(w.deletes(), []);
 });
 
 Deno.test("a 4-claim cluster: a deleted dual-stack pod never trips the default brake", async () => {
@@ -542,6 +704,7 @@ Deno.test("a 4-claim cluster: a deleted dual-stack pod never trips the default b
   assert.equal(r.exitCode, 0, r.message);
   assert.deepEqual(w.deletes().sort(), ["DELETE /c-gone-0-v4", "DELETE /c-gone-0-v6"]);
   assert.deepEqual([r.totals.claims, r.totals.pods, r.totals.podsToRelease], [4, 2, 1]);
+  assert.equal(r.settings.maxReleaseLimit, 2, "25% of 2 pods, the floor of 2");
   // A count is of pods too: one pod's two claims are one.
   dual("gone-1", crypto.randomUUID());
   const one = await w.run({ maxRelease: { count: 1 } });

@@ -161,7 +161,7 @@ async function sweepRequests(plan: Plan): Promise<Omit<SweepResults, "scale">> {
       kube.store.addPod({ namespace: "shop", name: `web-${j * every}`, nodeName: spec.nodeName });
     }
     const pods = kube.store.pods().length;
-    await nextSecond();
+    await nextSecond(2);
     const runs: SweepRun[] = [];
     for (const apply of [false, true]) {
       const r = await run(dev, kube, apply, n, pods);
