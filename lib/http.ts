@@ -54,6 +54,23 @@ export async function readToken(node: NodeConfig): Promise<string> {
   return token;
 }
 
+/** A Milo request's headers: the bearer token, JSON accepted and, with a body, sent. */
+export function miloHeaders(token: string, hasBody: boolean): Headers {
+  try {
+    return new Headers({
+      authorization: `Bearer ${token}`,
+      accept: "application/json",
+      ...(hasBody ? { "content-type": "application/json" } : {}),
+    });
+  } catch {
+    throw new CniError(
+      "config",
+      "the Milo token cannot be sent as an HTTP header",
+      "milo.tokenFile must hold one line of visible ASCII",
+    );
+  }
+}
+
 /** Removes proxy variables from the environment so fetch never sends the token through one. */
 export function dropProxyEnv(): void {
   for (const k of PROXY_ENV_VARS) {

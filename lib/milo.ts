@@ -3,12 +3,12 @@
  * bounded jittered retries, no redirects, Status-aware errors, and the
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
-import { isSharedName } from "./claims.ts";
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
-import { clip, CniError, errorText, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
+import { clip, CniError, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
 import {
   httpClientFor,
   miloFetchFailure,
+  miloHeaders,
   parseJson,
   readAnswer,
   readToken,
@@ -16,34 +16,34 @@ import {
   streamSignal,
 } from "./http.ts";
 import {
+  ALLOCATION_LIST,
+  CLAIM_LIST,
+  collectList,
+  scanList,
+  type StreamGet,
+  type StreamRead,
+} from "./milo_lists.ts";
+import {
   API_PATH,
-  claimListTally,
   type IPAllocation,
-  IPAllocationSchema,
   type IPClaim,
   IPClaimSchema,
-  ListHeadSchema,
   MAX_BODY_BYTES,
-  MAX_PAGES,
   type MiloStatus,
   namespaceRefused,
   nameTaken,
-  PAGE_LIMIT,
   parse,
-  remakeBody,
   statusError,
   statusOf,
 } from "./milo_objects.ts";
+import { type Release, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
-import { keptSize } from "./list_bound.ts";
-import { readList } from "./list_stream.ts";
-import { after } from "./timers.ts";
-import type * as z from "zod/mini";
+import { after, pause } from "./timers.ts";
 
-export { API_PATH, MAX_LIST_BYTES, MAX_LIST_ITEMS } from "./milo_objects.ts";
-
-export type { ClientOptions, RequestEvent } from "./milo_options.ts";
+export { API_PATH } from "./milo_objects.ts";
+export type { Release } from "./milo_release.ts";
+export type { ClientOptions } from "./milo_options.ts";
 
 const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
@@ -54,30 +54,11 @@ const MIN_SEND_MS = 50;
 /** An accepted answer: its status, its JSON body (none when streamed) and its `Date`. */
 type Answer = { status: number; body: unknown; date: number };
 
-/** Reads a 200's body as a stream; `moved` is called as it arrives; `date` is the answer's. */
-type StreamRead = (
-  body: ReadableStream<Uint8Array>,
-  moved: () => void,
-  date: number,
-) => Promise<void>;
-
 /** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
 export interface ClaimList {
   items: IPClaim[];
   serverTime: number;
 }
-
-/** A list kind, and what errors call its items. */
-type List = { kind: string; items: string };
-const CLAIM_LIST: List = { kind: "IPClaimList", items: "claims" };
-const ALLOCATION_LIST: List = { kind: "IPAllocationList", items: "allocations" };
-
-/** Why a claim of a name other sandboxes make again is not deleted under reclaimPolicy Delete. */
-const SHARED_DELETE = "name other sandboxes make again: Milo deletes by name, and an address " +
-  "freed in place of a newer claim could not be given back; left alone";
-
-/** What releasing a claim by name and uid found. */
-export type Release = "released" | "absent" | "changed";
 
 /** A thin Milo IPAM client: deadlines, bounded jittered retries, Status-aware errors. */
 export class MiloClient {
@@ -237,47 +218,22 @@ export class MiloClient {
     mine: (claim: IPClaim, serverTime: number) => boolean,
     note: (why: string) => void = () => {},
   ): Promise<Release> {
-    const { claim: now, serverTime } = await this.getClaimAt(name);
-    if (!now) return "absent";
-    const uid = now.metadata.uid;
-    if (!uid || !mine(now, serverTime)) return "changed";
-    if (isSharedName(name) && now.spec.reclaimPolicy !== "Retain") {
-      note(`reclaimPolicy ${now.spec.reclaimPolicy ?? "(the class's)"} under a ${SHARED_DELETE}`);
-      return "changed";
-    }
-    const options = { kind: "DeleteOptions", apiVersion: "v1", preconditions: { uid } };
-    const path = this.#claimsPath(name);
-    const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], name);
-    if (a.status === 404) return "absent";
-    if (a.status === 409) {
-      const st = statusOf(a.body);
-      if (st?.reason === "Conflict") return "changed";
-      throw statusError(`DELETE ${path}`, 409, st);
-    }
-    const gone = IPClaimSchema.safeParse(a.body).data;
-    if (!gone?.metadata.uid || gone.metadata.uid === uid) return "released";
-    await this.#remake(gone, uid);
-    note(`the DELETE removed a newer claim of that name (uid ${gone.metadata.uid}): made again`);
-    return "changed";
-  }
-
-  /** Makes `gone` (deleted in place of `uid`) again, or fails naming it. */
-  async #remake(gone: IPClaim, uid: string): Promise<void> {
-    const name = gone.metadata.name;
-    try {
-      await this.createClaim(remakeBody(this.#o.namespace, gone));
-    } catch (err) {
-      // Made again already (its holder's retry): Milo refuses the name as taken.
-      if (err instanceof CniError && err.outcome === "conflict" && await this.getClaim(name)) {
-        return;
-      }
-      throw new CniError(
-        "transient",
-        `the DELETE of claim ${name} (uid ${uid}) removed a newer claim of that name ` +
-          `(uid ${gone.metadata.uid}), and making it again failed`,
-        `${errorText(err)}; Milo does not check a DELETE's uid precondition`,
-      );
-    }
+    return await releaseIf(
+      {
+        namespace: this.#o.namespace,
+        getClaimAt: (n) => this.getClaimAt(n),
+        getClaim: (n) => this.getClaim(n),
+        createClaim: (body) => this.createClaim(body),
+        deleteWith: async (n, options) => {
+          const path = this.#claimsPath(n);
+          const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], n);
+          return { ...a, what: `DELETE ${path}` };
+        },
+      },
+      name,
+      mine,
+      note,
+    );
   }
 
   /** LISTs claims matching a label selector, following `continue` pages. */
@@ -287,10 +243,10 @@ export class MiloClient {
 
   /**
    * {@link listClaims}, with Milo's clock at its first page; the claims kept
-   * are bounded across the pages ({@link claimListTally}).
+   * are bounded across the pages (see milo_lists.ts).
    */
   async listClaimsAt(labelSelector: string): Promise<ClaimList> {
-    return await this.#listAt(CLAIM_LIST, this.#claimsPath(), IPClaimSchema, labelSelector);
+    return await collectList(this.#get, CLAIM_LIST, this.#claimsPath(), labelSelector);
   }
 
   /**
@@ -299,16 +255,7 @@ export class MiloClient {
    */
   async listAllocationsAt(): Promise<{ items: IPAllocation[]; serverTime: number }> {
     const path = `${API_PATH}/namespaces/${this.#o.namespace}/ipallocations`;
-    return await this.#listAt(ALLOCATION_LIST, path, IPAllocationSchema, "");
-  }
-
-  async #listAt<T extends z.ZodMiniType>(list: List, path: string, schema: T, selector: string) {
-    const items: z.infer<T>[] = [], tally = claimListTally(`Milo's ${list.kind}`);
-    const serverTime = await this.#scan(list, path, schema, selector, (item) => {
-      tally.keep(keptSize(item));
-      items.push(item);
-    });
-    return { items, serverTime };
+    return await collectList(this.#get, ALLOCATION_LIST, path, "");
   }
 
   /**
@@ -323,56 +270,12 @@ export class MiloClient {
     labelSelector: string,
     visit: (claim: IPClaim, serverTime: number) => void,
   ): Promise<number> {
-    return await this.#scan(CLAIM_LIST, this.#claimsPath(), IPClaimSchema, labelSelector, visit);
+    return await scanList(this.#get, CLAIM_LIST, this.#claimsPath(), labelSelector, visit);
   }
 
-  async #scan<T extends z.ZodMiniType>(
-    list: List,
-    path: string,
-    schema: T,
-    labelSelector: string,
-    visit: (item: z.infer<T>, serverTime: number) => void,
-  ): Promise<number> {
-    let serverTime = NaN, token: string | undefined;
-    for (let page = 0; page < MAX_PAGES; page++) {
-      const q = `?labelSelector=${encodeURIComponent(labelSelector)}&limit=${PAGE_LIMIT}` +
-        (token ? `&continue=${encodeURIComponent(token)}` : "");
-      let head: unknown, n = 0;
-      const read: StreamRead = async (body, moved, date) => {
-        head = await readList(body, {
-          what: `Milo's ${list.kind}`,
-          maxItemBytes: MAX_BODY_BYTES,
-          onChunk: moved,
-          item: (item) => void (n++, visit(parse(schema, item, `${list.kind} item`), date)),
-        }).catch((err) => {
-          if (!n || err instanceof CniError) throw err;
-          const why = `Milo's ${list.kind} broke off after ${n} ${list.items}`;
-          throw new CniError("transient", why, errorText(err));
-        });
-      };
-      const a = await this.#call("GET", path + q, undefined, [200], undefined, read);
-      if (page === 0) serverTime = a.date;
-      token = parse(ListHeadSchema, head, list.kind).metadata?.continue;
-      if (!token) return serverTime;
-    }
-    throw new CniError("protocol", `Milo's ${list.kind} did not end within ${MAX_PAGES} pages`);
-  }
-
-  #headers(hasBody: boolean): Headers {
-    try {
-      return new Headers({
-        authorization: `Bearer ${this.#o.token}`,
-        accept: "application/json",
-        ...(hasBody ? { "content-type": "application/json" } : {}),
-      });
-    } catch {
-      throw new CniError(
-        "config",
-        "the Milo token cannot be sent as an HTTP header",
-        "milo.tokenFile must hold one line of visible ASCII",
-      );
-    }
-  }
+  /** A GET of a LIST's page, read by `read` as a stream: Milo's clock of the answer. */
+  readonly #get: StreamGet = async (path, read) =>
+    (await this.#call("GET", path, undefined, [200], undefined, read)).date;
 
   /**
    * One request with retries; a 404 is accepted only as Milo's NotFound for
@@ -390,7 +293,7 @@ export class MiloClient {
     const o = this.#o;
     const url = o.baseUrl + path;
     const what = `${method} ${path}`;
-    const headers = this.#headers(body !== undefined);
+    const headers = miloHeaders(o.token, body !== undefined);
     let last = "no attempt made";
     let answered = "";
     let attempts = 0;
@@ -475,27 +378,13 @@ export class MiloClient {
         o.onRequest?.({ method, status, attempt });
       }
       if (attempt === MAX_ATTEMPTS || this.#now() + wait >= o.deadline) break;
-      if (wait > 0) await this.#pause(wait);
+      if (wait > 0) await pause(wait, this.#sleep, o.signal);
     }
     throw new CniError(
       "transient",
       `Milo unreachable or overloaded: ${what}`,
       `${last}; gave up within the deadline after ${attempts} attempt(s)`,
     );
-  }
-
-  /** Sleeps `ms`, or less when the caller goes away meanwhile. */
-  async #pause(ms: number): Promise<void> {
-    const signal = this.#o.signal;
-    if (!signal) return await this.#sleep(ms);
-    let done = () => {};
-    const gone = new Promise<void>((r) => done = r);
-    signal.addEventListener("abort", done, { once: true });
-    try {
-      await Promise.race([this.#sleep(ms), gone]);
-    } finally {
-      signal.removeEventListener("abort", done);
-    }
   }
 
   #backoff(attempt: number): number {

@@ -33,6 +33,23 @@ export function after(ms: number): Promise<void> {
   return timer(ms).done;
 }
 
+/** Sleeps `ms` with `sleep`, or less when `signal` aborts meanwhile. */
+export async function pause(
+  ms: number,
+  sleep: (ms: number) => Promise<void>,
+  signal?: AbortSignal,
+): Promise<void> {
+  if (!signal) return await sleep(ms);
+  let done = () => {};
+  const gone = new Promise<void>((r) => done = r);
+  signal.addEventListener("abort", done, { once: true });
+  try {
+    await Promise.race([sleep(ms), gone]);
+  } finally {
+    signal.removeEventListener("abort", done);
+  }
+}
+
 /** Resolves with the promise's value, or with `onTimeout()` when `ms` passes first. */
 export async function within<T>(p: Promise<T>, ms: number, onTimeout: () => T): Promise<T> {
   const t = timer(ms);
