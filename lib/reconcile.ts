@@ -340,7 +340,7 @@ export function exitOf(r: ReconcileReport): number {
 /** CLI entry: `milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]`. */
 export async function reconcileCli(args: string[]): Promise<number> {
   const { parseArgs } = await import("node:util");
-  const { readNodeConfig } = await import("./config_file.ts");
+  const { readNodeConfig, withConfigFlag } = await import("./config_file.ts");
   const { MiloClient } = await import("./milo.ts");
   const { requireStateFormat } = await import("./version.ts");
   const usage =
@@ -364,9 +364,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
   if (grace !== undefined && (!Number.isFinite(grace) || grace < 0)) {
     throw new CniError("config", usage, "--grace must be a number of seconds");
   }
-  const node = await readNodeConfig((n) =>
-    n === "MILO_IPAM_CONFIG" && values.config ? values.config : Deno.env.get(n)
-  );
+  const node = await readNodeConfig(withConfigFlag(values.config));
   // A node state in a newer format (a rollback past a format change) is refused before any run.
   requireStateFormat(node.stateDir);
   const t = node.timeouts;

@@ -12,7 +12,7 @@ import { clusterSelector, KEYS, labelValue, nodeSelector } from "./claims.ts";
 import { holderOf } from "./holder.ts";
 import { parseCommandLine, usageError } from "./cli.ts";
 import type { NodeConfig } from "./config.ts";
-import { readNodeConfig } from "./config_file.ts";
+import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { CniError, redactedJson, toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
@@ -265,9 +265,7 @@ export async function show(
   };
   let milo: MiloClient | undefined;
   try {
-    const node = await readNodeConfig((n) =>
-      n === "MILO_IPAM_CONFIG" && config ? config : Deno.env.get(n)
-    );
+    const node = await readNodeConfig(withConfigFlag(config));
     requireStateFormat(node.stateDir, false);
     report.namespace = node.milo.namespace;
     report.cluster = node.cluster;

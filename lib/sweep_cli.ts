@@ -5,7 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
-import { readNodeConfig } from "./config_file.ts";
+import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { CniError, errorText, redact, redactedJson, toCniError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
@@ -150,9 +150,7 @@ export async function sweepCli(args: string[], io: Partial<SweepIo> = {}): Promi
     const a = parseSweepArgs(args);
     settings = a;
     json = a.output === "json";
-    const node = await readNodeConfig((n) =>
-      n === "MILO_IPAM_CONFIG" && a.config ? a.config : x.env(n)
-    );
+    const node = await readNodeConfig(withConfigFlag(a.config, x.env));
     cluster = node.cluster;
     clients = await x.open(node, a.kubeconfig);
     report = await sweep({
