@@ -21,80 +21,14 @@ import { Journal } from "./journal.ts";
 import { isLive, readLive } from "./liveness.ts";
 import { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import type { ShowQuery, ShowReport, ShowRow } from "./show_report.ts";
 import { renderShow } from "./show_render.ts";
-import { type Grant, grantsFor, holds, type RetainedRow, retainedRows } from "./show_retained.ts";
+import { grantsFor, holds, retainedRows } from "./show_retained.ts";
 import { SHOW_USAGE } from "./usage.ts";
 import { requireStateFormat } from "./version.ts";
 
 /** The shortest deadline of a show's LIST (one answer may hold the whole namespace). */
 const SHOW_MIN_MS = 60_000;
-
-/** What a show asks for. */
-export type ShowQuery =
-  | { by: "address"; address: string }
-  | { by: "pod"; namespace: string; name: string }
-  | { by: "node"; node: string }
-  | { by: "retained" };
-
-/** What the holder's node knows of a claim (only on that node). */
-export interface LocalView {
-  /** The result cache directories that name the claim's container (none: absent from all). */
-  cachesNaming: string[];
-  /** The node's record of the attachment: `held`, `adding`, or absent. */
-  record: "held" | "adding" | "none";
-  /** Whether the release journal owes a release of the attachment. */
-  journaled: boolean;
-}
-
-/** One claim as `show` reports it. */
-export interface ShowRow {
-  claim: string;
-  uid?: string;
-  address?: string;
-  family?: string;
-  phase?: string;
-  pool?: string;
-  cluster?: string;
-  node?: string;
-  host?: string;
-  network?: string;
-  pod?: string;
-  podUid?: string;
-  containerId?: string;
-  ifname?: string;
-  createdAt?: string;
-  /** Age on Milo's clock, in seconds. */
-  ageS?: number;
-  /** Set on the holder's node (its name and host are this node config's and host's). */
-  local?: LocalView;
-  /** Why `local` is absent. */
-  localWhy?: string;
-}
-
-/** What `milo-ipam show --output json` prints. */
-export interface ShowReport {
-  kind: "ShowReport";
-  version: 1;
-  query: ShowQuery;
-  namespace: string;
-  /** The label selector of the one LIST made ("" for every claim of the namespace). */
-  labelSelector: string;
-  /** The cluster the pod and node queries select (the node config's). */
-  cluster: string;
-  claims: ShowRow[];
-  /**
-   * The retained allocations (of `--retained`; of an address no claim holds),
-   * by address; absent when no IPAllocation LIST was made.
-   */
-  retained?: RetainedRow[];
-  /**
-   * A pod with no claim: the node config's grants of a stable identity to
-   * its namespace (empty: none; its pods' addresses are released with them).
-   */
-  grants?: Grant[];
-  requests: number;
-  error: { message: string; details: string } | null;
-}
 
 /** The label selector a query lists with, and the claims of the answer it keeps. */
 export function selectorOf(q: ShowQuery, cluster: string): {

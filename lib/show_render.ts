@@ -4,8 +4,8 @@
  * per retained allocation and the total; for a pod with no claim, what its
  * namespace's stable identities may have left retained.
  */
-import type { ShowReport } from "./show.ts";
 import { redact } from "./errors.ts";
+import type { ShowReport } from "./show_report.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** What re-binds a retained address, and what Milo does not record of it. */

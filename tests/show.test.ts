@@ -10,7 +10,8 @@
 import assert from "node:assert/strict";
 import { redactedJson } from "../lib/errors.ts";
 import { allocationName } from "../lib/milo_objects.ts";
-import { parseQuery, show, type ShowQuery, type ShowReport } from "../lib/show.ts";
+import { parseQuery, show } from "../lib/show.ts";
+import type { ShowQuery, ShowReport } from "../lib/show_report.ts";
 import { renderShow } from "../lib/show_render.ts";
 import { fixture, reply, statusReply } from "../testing/milo_fixtures.ts";
 import { STUB_BASE, StubMilo } from "../testing/stub_milo.ts";

@@ -1,0 +1,73 @@
+/**
+ * What `milo-ipam show` answers (`--output json` prints it; show_render.ts
+ * writes its text): the query, the claims with what the holder's node knows
+ * of each, and the retained allocations.
+ */
+import type { Grant, RetainedRow } from "./show_retained.ts";
+
+/** What a show asks for. */
+export type ShowQuery =
+  | { by: "address"; address: string }
+  | { by: "pod"; namespace: string; name: string }
+  | { by: "node"; node: string }
+  | { by: "retained" };
+
+/** What the holder's node knows of a claim (only on that node). */
+export interface LocalView {
+  /** The result cache directories that name the claim's container (none: absent from all). */
+  cachesNaming: string[];
+  /** The node's record of the attachment: `held`, `adding`, or absent. */
+  record: "held" | "adding" | "none";
+  /** Whether the release journal owes a release of the attachment. */
+  journaled: boolean;
+}
+
+/** One claim as `show` reports it. */
+export interface ShowRow {
+  claim: string;
+  uid?: string;
+  address?: string;
+  family?: string;
+  phase?: string;
+  pool?: string;
+  cluster?: string;
+  node?: string;
+  host?: string;
+  network?: string;
+  pod?: string;
+  podUid?: string;
+  containerId?: string;
+  ifname?: string;
+  createdAt?: string;
+  /** Age on Milo's clock, in seconds. */
+  ageS?: number;
+  /** Set on the holder's node (its name and host are this node config's and host's). */
+  local?: LocalView;
+  /** Why `local` is absent. */
+  localWhy?: string;
+}
+
+/** What `milo-ipam show --output json` prints. */
+export interface ShowReport {
+  kind: "ShowReport";
+  version: 1;
+  query: ShowQuery;
+  namespace: string;
+  /** The label selector of the one LIST made ("" for every claim of the namespace). */
+  labelSelector: string;
+  /** The cluster the pod and node queries select (the node config's). */
+  cluster: string;
+  claims: ShowRow[];
+  /**
+   * The retained allocations (of `--retained`; of an address no claim holds),
+   * by address; absent when no IPAllocation LIST was made.
+   */
+  retained?: RetainedRow[];
+  /**
+   * A pod with no claim: the node config's grants of a stable identity to
+   * its namespace (empty: none; its pods' addresses are released with them).
+   */
+  grants?: Grant[];
+  requests: number;
+  error: { message: string; details: string } | null;
+}
