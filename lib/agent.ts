@@ -6,11 +6,11 @@
  * timer, serves Prometheus metrics and its readiness and liveness probes on
  * the port `agent.metrics` names, and writes what it logs to stdout as well.
  */
-import { parseArgs } from "node:util";
 import { AgentSocket, type SocketCall } from "./agent_socket.ts";
 import type { NodeConfig } from "./config.ts";
+import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { CniError, errorText, toCniError } from "./errors.ts";
+import { errorText, toCniError } from "./errors.ts";
 import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
@@ -320,12 +320,9 @@ export class Agent {
 
 /** CLI entry: `milo-ipam agent [--config FILE]`; runs until SIGTERM or SIGINT. */
 export async function agentCli(args: string[]): Promise<number> {
-  let values;
-  try {
-    ({ values } = parseArgs({ args, options: { config: { type: "string" } } }));
-  } catch (err) {
-    throw new CniError("config", "usage: milo-ipam agent [--config FILE]", errorText(err));
-  }
+  const values = parseFlags(args, "usage: milo-ipam agent [--config FILE]", {
+    config: { type: "string" },
+  });
   const env = withConfigFlag(values.config);
   const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
   await agent.start();

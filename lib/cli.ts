@@ -3,7 +3,8 @@
  * stdout (exit 0); an unknown flag, a missing value or a stray argument prints
  * what is wrong and the usage on stderr (exit 2).
  */
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import { parseArgs, type ParseArgsConfig, type ParseArgsOptionsConfig } from "node:util";
+import { CniError, errorText } from "./errors.ts";
 
 /** A command's usage text and its flags (node:util parseArgs options). */
 export interface CommandLine {
@@ -57,6 +58,23 @@ export function parseCommandLine(name: string, args: string[], cmd: CommandLine)
     return { values, positionals };
   } catch (err) {
     return usageError(name, err instanceof Error ? err.message : String(err), cmd.usage);
+  }
+}
+
+/**
+ * The flags of a command whose wrong command line is a config error: `args`
+ * parsed against `options` (strict, no plain arguments); an unknown flag or a
+ * missing value throws `usage` with what is wrong.
+ */
+export function parseFlags<O extends ParseArgsOptionsConfig>(
+  args: string[],
+  usage: string,
+  options: O,
+) {
+  try {
+    return parseArgs({ args, options }).values;
+  } catch (err) {
+    throw new CniError("config", usage, errorText(err));
   }
 }
 

@@ -24,7 +24,7 @@
  */
 import { nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
-import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
+import { CniError, redactedJson, toCniError } from "./errors.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
@@ -339,27 +339,19 @@ export function exitOf(r: ReconcileReport): number {
 
 /** CLI entry: `milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force]`. */
 export async function reconcileCli(args: string[]): Promise<number> {
-  const { parseArgs } = await import("node:util");
+  const { parseFlags } = await import("./cli.ts");
   const { readNodeConfig, withConfigFlag } = await import("./config_file.ts");
   const { MiloClient } = await import("./milo.ts");
   const { requireStateFormat } = await import("./version.ts");
   const usage =
     "usage: milo-ipam reconcile [--config FILE] [--grace SECONDS] [--dry-run] [--force] [--list]";
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        config: { type: "string" },
-        grace: { type: "string" },
-        "dry-run": { type: "boolean", default: false },
-        force: { type: "boolean", default: false },
-        list: { type: "boolean", default: false },
-      },
-    }));
-  } catch (err) {
-    throw new CniError("config", usage, errorText(err));
-  }
+  const values = parseFlags(args, usage, {
+    config: { type: "string" },
+    grace: { type: "string" },
+    "dry-run": { type: "boolean", default: false },
+    force: { type: "boolean", default: false },
+    list: { type: "boolean", default: false },
+  });
   const grace = values.grace === undefined ? undefined : Number(values.grace);
   if (grace !== undefined && (!Number.isFinite(grace) || grace < 0)) {
     throw new CniError("config", usage, "--grace must be a number of seconds");

@@ -3,10 +3,10 @@
  * Milo and Kubernetes clients, and the report as text or one JSON object
  * (also for failures).
  */
-import { parseArgs } from "node:util";
 import type { NodeConfig } from "./config.ts";
+import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { CniError, errorText, redact, redactedJson, toCniError } from "./errors.ts";
+import { CniError, redact, redactedJson, toCniError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";
@@ -62,23 +62,15 @@ const MAX_INTERVAL_MS = 3_600_000;
 
 /** Parses the arguments; a bad one throws the usage (exit 1). */
 export function parseSweepArgs(args: string[]): SweepArgs {
-  let values;
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        config: { type: "string" },
-        kubeconfig: { type: "string" },
-        apply: { type: "boolean", default: false },
-        grace: { type: "string" },
-        interval: { type: "string" },
-        "max-release": { type: "string" },
-        output: { type: "string", default: "text" },
-      },
-    }));
-  } catch (err) {
-    throw new CniError("config", USAGE, errorText(err));
-  }
+  const values = parseFlags(args, USAGE, {
+    config: { type: "string" },
+    kubeconfig: { type: "string" },
+    apply: { type: "boolean", default: false },
+    grace: { type: "string" },
+    interval: { type: "string" },
+    "max-release": { type: "string" },
+    output: { type: "string", default: "text" },
+  });
   const duration = (flag: string, text: string | undefined, fallback: number, max: number) => {
     if (text === undefined) return fallback;
     const ms = parseDuration(text);
