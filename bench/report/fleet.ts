@@ -2,7 +2,6 @@
  * The fleet's budgets (issue 20) and the model that extrapolates Milo's load
  * to large fleets from the per-node figures one run measured.
  */
-import { PAGE_LIMIT } from "../../lib/milo_objects.ts";
 import { DEFAULT_ALLOCATIONS_PER_SECOND } from "../../milo-dev/limits.ts";
 import type { FleetResults, FleetRound } from "../model.ts";
 import type { Finding } from "./findings.ts";
@@ -103,7 +102,7 @@ export interface Projection {
  *   requests  = nodes × (pods × churn × (families × req/claim + req/DEL) + idle req/node-h) / 3600
  *   LISTs     = nodes × (pods × churn × (families × LIST/claim + LIST/DEL) + idle LIST/node-h) / 3600
  *   rows      = LISTs × C (every LIST page reads the tenant's claims)
- *   sweep     = observations × ceil(C / page) LISTs every sweep period, each page C rows
+ *   sweep     = observations LISTs every sweep period, each C rows (Milo answers a LIST whole)
  */
 export function extrapolate(f: FleetResults, nodes: number, p = perNode(f)): Projection {
   const claims = nodes * PODS_PER_NODE * f.families;
@@ -113,8 +112,7 @@ export function extrapolate(f: FleetResults, nodes: number, p = perNode(f)): Pro
     nodes * p.idleRequestsPerNodeHour) / 3600;
   const lists = (changes * (f.families * p.listsPerClaim + p.listsPerDel) +
     nodes * p.idleListsPerNodeHour) / 3600;
-  const sweepLists = (SWEEP_OBSERVATIONS * Math.max(1, Math.ceil(claims / PAGE_LIMIT))) /
-    SWEEP_PERIOD_S;
+  const sweepLists = SWEEP_OBSERVATIONS / SWEEP_PERIOD_S;
   return {
     nodes,
     claims,

@@ -21,7 +21,6 @@ import {
   SWEEP_PERIOD_S,
 } from "./fleet.ts";
 import { fmtCount, fmtMs, fmtRatio, fmtSeconds, machineRows, table, verdict } from "./format.ts";
-import { PAGE_LIMIT } from "../../lib/milo_objects.ts";
 
 /** CPU idle share below which the fleet section counts as started under load (%). */
 const QUIET_IDLE_PCT = 80;
@@ -120,14 +119,14 @@ function extrapolation(f: FleetResults): string {
     "                    + idle requests/node-hour) / 3600",
     "LISTs    = the same with LISTs per claim, per DEL and per idle node-hour",
     "rows     = LISTs × C",
-    `sweep    = ${SWEEP_OBSERVATIONS} observations × ceil(C / ${PAGE_LIMIT}) LIST pages every ` +
-    `${SWEEP_PERIOD_S} s (deploy/base/sweep.yaml), each page C rows`,
+    `sweep    = ${SWEEP_OBSERVATIONS} LISTs every ${SWEEP_PERIOD_S} s (deploy/base/sweep.yaml), ` +
+    "each C rows (Milo answers a LIST whole, whatever its limit)",
     "```",
     "",
     "Requests per claim come from the storm at 2× oversubscription (an upper bound: the churn",
     "above stays under the ceiling). The node terms are what the agents send; the cluster sweep",
     "(one per cluster, here one cluster) is a separate term, not measured by this section: its",
-    "figures follow from its schedule and page size. A node without a record (a new node) lists",
+    "figures follow from its schedule. A node without a record (a new node) lists",
     "once at its first start: the last column, once per such node.",
   ].join("\n");
 }
