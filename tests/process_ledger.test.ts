@@ -314,6 +314,26 @@ async function copyTree(from: string, to: string): Promise<void> {
   }
 }
 
+/**
+ * The original's ADDs of `pods`, then its records copied into the clone's
+ * state directory (a disk image): each pod's addresses, as the original holds them.
+ */
+async function inherited(
+  original: TestPlugin,
+  clone: TestPlugin,
+  pods: string[],
+  conf: Record<string, unknown>,
+): Promise<Map<string, string[]>> {
+  const before = new Map<string, string[]>();
+  for (const cid of pods) {
+    const r = await original.run({ command: "ADD", containerId: cid, stdin: conf });
+    assertOk(r);
+    before.set(cid, ipsOf(r).map((i) => i.address).sort());
+  }
+  await copyTree(`${original.stateDir}/holdings`, `${clone.stateDir}/holdings`);
+  return before;
+}
+
 Deno.test("ledger truth: a cloned machine's DEL of a sandbox it inherited leaves the original's live lease, directly and through its journal", async () => {
   const milo = await startMiloDev({ seed: PLUGIN_SEED });
   const etc = await Deno.makeTempDir({ prefix: "milo-ipam-clone-" });
@@ -329,13 +349,7 @@ Deno.test("ledger truth: a cloned machine's DEL of a sandbox it inherited leaves
   try {
     const conf = original.netConf();
     const pods = ["inherited-1", "inherited-2"];
-    const before = new Map<string, string[]>();
-    for (const cid of pods) {
-      const r = await original.run({ command: "ADD", containerId: cid, stdin: conf });
-      assertOk(r);
-      before.set(cid, ipsOf(r).map((i) => i.address).sort());
-    }
-    await copyTree(`${original.stateDir}/holdings`, `${clone.stateDir}/holdings`);
+    const before = await inherited(original, clone, pods, conf);
 
     // The clone's runtime tears the first inherited sandbox down: its DEL succeeds, leaving it.
     const direct = await clone.run({ command: "DEL", containerId: pods[0], stdin: conf });
@@ -391,13 +405,7 @@ Deno.test("ledger truth: a clone that kept the machine-id under its own node nam
   try {
     const conf = original.netConf();
     const pods = ["inherited-1", "inherited-2", "inherited-3"];
-    const before = new Map<string, string[]>();
-    for (const cid of pods) {
-      const r = await original.run({ command: "ADD", containerId: cid, stdin: conf });
-      assertOk(r);
-      before.set(cid, ipsOf(r).map((i) => i.address).sort());
-    }
-    await copyTree(`${original.stateDir}/holdings`, `${clone.stateDir}/holdings`);
+    const before = await inherited(original, clone, pods, conf);
 
     // The clone's runtime tears the first inherited sandbox down: its DEL succeeds, leaving it.
     const direct = await clone.run({ command: "DEL", containerId: pods[0], stdin: conf });
