@@ -73,6 +73,8 @@ export class Agent {
   #metricsServer: MetricsServer | undefined;
   #timer: ReturnType<typeof setInterval> | undefined;
   #first: ReturnType<typeof setTimeout> | undefined;
+  /** The socket path it bound (a node config read later may name another). */
+  #bound: string | undefined;
   #reconciling: Promise<void> | undefined;
   /** Reconcile warnings logged already: each once per agent. */
   readonly #warned = new Set<string>();
@@ -93,16 +95,18 @@ export class Agent {
     this.metrics.release = RELEASE;
   }
 
-  /** The socket path it listens on. */
+  /** The socket path it listens on: the node config's when it started. */
   get socket(): string {
-    return this.#node.agent.socket;
+    return this.#bound ?? this.#node.agent.socket;
   }
 
   /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
   async start(): Promise<void> {
     requirePrivateDirs(this.#node);
     requireStateFormat(this.#node.stateDir);
-    await this.#socket.listen(this.socket);
+    const path = this.#node.agent.socket;
+    await this.#socket.listen(path);
+    this.#bound = path;
     const m = this.#node.agent.metrics;
     if (m) {
       const at = m.lastIndexOf(":");
@@ -134,7 +138,7 @@ export class Agent {
     clearInterval(this.#timer);
     clearTimeout(this.#first);
     this.#socket.close();
-    await Deno.remove(this.socket).catch(() => {});
+    if (this.#bound) await Deno.remove(this.#bound).catch(() => {});
     const finishing = Promise.allSettled([...this.#socket.inflight, this.#reconciling]);
     await within<unknown>(finishing, this.#node.timeouts.totalMs + 1_000, () => undefined);
     const metrics = this.#metricsServer;

@@ -148,3 +148,25 @@ Deno.test("agent: a boot id file answering another value each read is warned abo
     assert.equal(warned[0].level, "warn");
   }, { bootIdFile: "/proc/sys/kernel/random/uuid" });
 });
+
+Deno.test("agent: stop removes the socket it bound, not the one a node config read since names", async () => {
+  await withAgent(async (_milo, agent, config) => {
+    const bound = agent.socket;
+    const next = bound.replace(/agent\.sock$/, "next.sock");
+    const node = JSON.parse(await Deno.readTextFile(config));
+    await Deno.writeTextFile(
+      config,
+      JSON.stringify({ ...node, agent: { ...node.agent, socket: next } }),
+    );
+    await agent.reconcileNow(); // reads the node config again
+    const successor = Deno.listen({ transport: "unix", path: next });
+    try {
+      assert.equal(agent.socket, bound, "it listens where it started");
+      await agent.stop();
+      assert.ok((await Deno.lstat(next)).isSocket, "the socket at the new path stays");
+      await assert.rejects(Deno.lstat(bound), Deno.errors.NotFound, "its own socket is gone");
+    } finally {
+      successor.close();
+    }
+  });
+});
