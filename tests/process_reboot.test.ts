@@ -7,7 +7,9 @@
  * ADD. Under pod identity the old sandboxes hold the pods' claims, so the new
  * ADDs are refused (11, "held by") until the node releases them. Within two
  * reconcile rounds of the token's return every pod runs again, each with its
- * address under pod identity, and no live lease is released.
+ * address under pod identity, and no live lease is released: rounds of
+ * `milo-ipam reconcile` run by hand, and the agent's own (its start and its
+ * timer) once the DaemonSet's pod runs again.
  */
 import assert from "node:assert/strict";
 import { KEYS } from "../lib/claims.ts";
@@ -28,7 +30,26 @@ const BOOT_2 = "66666666-7777-4888-9999-aaaaaaaaaaaa";
 
 type Json = Record<string, unknown>;
 
-Deno.test("a node reboot under galactic: every pod runs again within two reconcile rounds of the token's return, none released live", async () => {
+/** The agent's reconcile interval in the agent's test: the least the node config takes. */
+const INTERVAL_S = 10;
+
+/** What a test's recovery after the reboot may do. */
+interface Recovery {
+  /** One `milo-ipam reconcile` run by hand. */
+  reconcile(): Promise<{ code: number; stdout: string }>;
+  /** The runtime's retry of every pod not running yet: true once every pod runs. */
+  retry(): Promise<boolean>;
+  startAgent(): Promise<void>;
+  logLines(): Promise<Json[]>;
+  /** When the token came back (ms since epoch). */
+  tokenBack: number;
+}
+
+/**
+ * Boot, reboot, the token's return and the new sandboxes' ADDs; then `recover`
+ * brings every pod back, and every pod must run, none released live.
+ */
+async function rebootThen(o: { agent: boolean }, recover: (w: Recovery) => Promise<void>) {
   const milo = await startMiloDev({ seed: PLUGIN_SEED });
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-reboot-" });
   const bootFile = `${dir}/boot_id`;
@@ -39,8 +60,14 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
     cluster: CLUSTER,
     node: NODE,
     nodeConfig: { bootIdFile: bootFile, allowIdentities: [{ namespace: NS }] },
+    agent: o.agent,
   });
   try {
+    if (o.agent) {
+      await plugin.setNode({
+        agent: { ...plugin.node.agent as Json, reconcileIntervalS: INTERVAL_S },
+      });
+    }
     const bin = `${dir}/bin`;
     const nads = `${dir}/nads`;
     await Deno.mkdir(bin);
@@ -138,6 +165,7 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
 
     // The init container writes the token again; the pods' new sandboxes ADD.
     await Deno.writeTextFile(plugin.tokenFile, TOKEN + "\n");
+    const tokenBack = Date.now();
     const addNew = async (p: (typeof pods)[number]) => {
       const r = await master("ADD", p.now, p.pod, p.c);
       if (r.code === 0) await cached(p.now, p.c, r.json!);
@@ -154,14 +182,19 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
     }
     assert.deepEqual([...running.keys()], ["web-0", "web-1"], "new names: no one holds them");
 
-    for (let round = 1; round <= 2 && running.size < pods.length; round++) {
-      const r = await reconcile();
-      assert.notEqual(r.code, 1, r.stdout);
-      for (const p of pods.filter((p) => !running.has(p.pod))) {
-        const again = await addNew(p);
-        if (again.code === 0) running.set(p.pod, v4(again)!);
-      }
-    }
+    await recover({
+      reconcile,
+      retry: async () => {
+        for (const p of pods.filter((p) => !running.has(p.pod))) {
+          const again = await addNew(p);
+          if (again.code === 0) running.set(p.pod, v4(again)!);
+        }
+        return running.size === pods.length;
+      },
+      startAgent: () => plugin.startAgent(),
+      logLines: () => plugin.logLines(),
+      tokenBack,
+    });
     assert.equal(running.size, pods.length, `every pod runs again: ${[...running.keys()]}`);
     for (const p of pods.filter((p) => p.c.ipam && (p.c.ipam as Json).identity === "pod")) {
       assert.equal(running.get(p.pod), p.address, `${p.pod} has its address again`);
@@ -197,4 +230,29 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
     await milo.stop();
     await Deno.remove(dir, { recursive: true });
   }
+}
+
+Deno.test("a node reboot under galactic: every pod runs again within two reconcile rounds of the token's return, none released live", async () => {
+  await rebootThen({ agent: false }, async ({ reconcile, retry }) => {
+    for (let round = 1; round <= 2; round++) {
+      const r = await reconcile();
+      assert.notEqual(r.code, 1, r.stdout);
+      await retry();
+    }
+  });
+});
+
+Deno.test("a node reboot under galactic, the agent back with the token: every pod runs again within two of its reconcile intervals", async () => {
+  await rebootThen({ agent: true }, async ({ retry, startAgent, tokenBack, logLines }) => {
+    // No reconcile by hand: the agent's run at its start and its timer's. The kubelet retries
+    // each failed sandbox (every second here) until all run or two intervals have passed.
+    await startAgent();
+    while (!await retry() && Date.now() - tokenBack < 2 * INTERVAL_S * 1000) {
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
+    const runs = (await logLines()).filter((l) => l.verb === "RECONCILE");
+    assert.ok(runs.length > 0, "the agent reconciled");
+    const released = runs.flatMap((l) => Array.isArray(l.released) ? l.released : []);
+    assert.equal(released.length, 10, "the five old sandboxes' claims, released by the agent");
+  });
 });
