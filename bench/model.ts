@@ -174,6 +174,8 @@ export interface SweepResults {
   /** Pods removed before the run, so their claims are candidates. */
   orphans: number;
   pageLimits: { milo: number; kube: number };
+  /** Milo answered each LIST whole: the allowance counts one LIST per observation. */
+  miloListWhole?: boolean;
   intervalMs: number;
   /** Time to create the claims through the API. */
   seedMs: number;
