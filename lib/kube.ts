@@ -42,10 +42,8 @@ export const POD_LIST_BOUND: ListBound = { bytes: 128 * 1024 ** 2, items: 250_00
 /** What the node list may keep: 25,000 nodes (Kubernetes supports 5,000), 16 MiB. */
 export const NODE_LIST_BOUND: ListBound = { bytes: 16 * 1024 ** 2, items: 25_000 };
 /**
- * Largest object in a list answer (8 MiB of JSON): the API server refuses a
- * request body over 3 MiB (`MaxRequestBodyBytes`, k8s.io/apiserver
- * `pkg/server/config.go`) and etcd a value over 1.5 MiB, so no object it
- * stores comes near it.
+ * Largest object in a list answer (8 MiB of JSON): the API server refuses a request body over
+ * 3 MiB (`MaxRequestBodyBytes`, k8s.io/apiserver `pkg/server/config.go`), etcd a value over 1.5 MiB.
  */
 export const MAX_OBJECT_BYTES = 8 * 1024 ** 2;
 
