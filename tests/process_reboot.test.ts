@@ -17,7 +17,7 @@ import { type ReconcileReport } from "../lib/reconcile.ts";
 import { execCni, type ExecResult } from "../scripts/cni_exec.ts";
 import { nadOf, stanza, writeNad } from "../testing/galactic/chain.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
-import { installPlugin } from "../testing/plugin.ts";
+import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
 const CLUSTER = "cluster-galactic";
@@ -39,8 +39,8 @@ interface Recovery {
   reconcile(): Promise<{ code: number; stdout: string }>;
   /** The runtime's retry of every pod not running yet: true once every pod runs. */
   retry(): Promise<boolean>;
-  startAgent(): Promise<void>;
-  logLines(): Promise<Json[]>;
+  /** The node's install (its agent, its log). */
+  plugin: TestPlugin;
   /** When the token came back (ms since epoch). */
   tokenBack: number;
 }
@@ -191,8 +191,7 @@ async function rebootThen(o: { agent: boolean }, recover: (w: Recovery) => Promi
         }
         return running.size === pods.length;
       },
-      startAgent: () => plugin.startAgent(),
-      logLines: () => plugin.logLines(),
+      plugin,
       tokenBack,
     });
     assert.equal(running.size, pods.length, `every pod runs again: ${[...running.keys()]}`);
@@ -243,14 +242,14 @@ Deno.test("a node reboot under galactic: every pod runs again within two reconci
 });
 
 Deno.test("a node reboot under galactic, the agent back with the token: every pod runs again within two of its reconcile intervals", async () => {
-  await rebootThen({ agent: true }, async ({ retry, startAgent, tokenBack, logLines }) => {
+  await rebootThen({ agent: true }, async ({ retry, plugin, tokenBack }) => {
     // No reconcile by hand: the agent's run at its start and its timer's. The kubelet retries
     // each failed sandbox (every second here) until all run or two intervals have passed.
-    await startAgent();
+    await plugin.startAgent();
     while (!await retry() && Date.now() - tokenBack < 2 * INTERVAL_S * 1000) {
       await new Promise((r) => setTimeout(r, 1_000));
     }
-    const runs = (await logLines()).filter((l) => l.verb === "RECONCILE");
+    const runs = (await plugin.logLines()).filter((l) => l.verb === "RECONCILE");
     assert.ok(runs.length > 0, "the agent reconciled");
     const released = runs.flatMap((l) => Array.isArray(l.released) ? l.released : []);
     assert.equal(released.length, 10, "the five old sandboxes' claims, released by the agent");

@@ -109,17 +109,12 @@ export function sweepSection(r: BenchResults): string {
     `Kubernetes stand-in (\`testing/kube_dev.ts\`, TLS), ${s.orphans} of them recreated under their`,
     `names with new UIDs, so the old claims are candidates. \`sweep()\` of lib/sweep.ts in-process, \`--grace 0\`,`,
     `\`--interval ${s.intervalMs}ms\`, \`--max-release ${s.claims}\`;`,
-    ...(s.miloListWhole
-      ? [
-        `Milo answers each LIST whole, Kubernetes in pages of ${s.pageLimits.kube}. Allowed: two observations,`,
-        "each one Milo LIST and ceil(n / limit) pages of each Kubernetes list, then per candidate one",
-        "GET of its pod and one of its claim (and the DELETE when applying).",
-      ]
-      : [
-        `pages of ${s.pageLimits.milo} (Milo) and ${s.pageLimits.kube} (Kubernetes). Allowed: two observations of`,
-        "ceil(n / limit) pages per list, then per candidate one GET of its pod and one of its claim",
-        "(and the DELETE when applying).",
-      ]),
+    s.miloListWhole
+      ? `Milo answers each LIST whole, Kubernetes in pages of ${s.pageLimits.kube}. Allowed: two observations, ` +
+        "each one Milo LIST and ceil(n / limit) pages of each Kubernetes list,"
+      : `pages of ${s.pageLimits.milo} (Milo) and ${s.pageLimits.kube} (Kubernetes). Allowed: two ` +
+        "observations of ceil(n / limit) pages per list,",
+    "then per candidate one GET of its pod and one of its claim (and the DELETE when applying).",
     "",
     table(
       [

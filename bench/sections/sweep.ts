@@ -14,6 +14,7 @@
 import { type Attachment, claimName, ownership } from "../../lib/claims.ts";
 import { KubeClient } from "../../lib/kube.ts";
 import { MiloClient } from "../../lib/milo.ts";
+import { PAGE_LIMIT } from "../../lib/milo_objects.ts";
 import { sweep } from "../../lib/sweep.ts";
 import { execCni } from "../../scripts/cni_exec.ts";
 import { type KubeDev, startKubeDev } from "../../testing/kube_dev.ts";
@@ -28,10 +29,10 @@ import { PRODUCTION_TIMEOUTS } from "../world.ts";
 
 const CLUSTER = "cluster-sweep";
 /**
- * lib/milo.ts's LIST page size and lib/kube.ts's default `limit`. Milo answers
+ * The Milo client's LIST `limit` and lib/kube.ts's default `limit`. Milo answers
  * a LIST whole whatever its `limit` (milo-dev does too by default).
  */
-const PAGE = { milo: 500, kube: 250 };
+const PAGE = { milo: PAGE_LIMIT, kube: 250 };
 const INTERVAL_MS = 200;
 const NETWORK = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
 
