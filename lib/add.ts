@@ -5,7 +5,7 @@ import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
-import type { Holding } from "./holdings.ts";
+import { afterFailedAdd, type Holding } from "./lease.ts";
 import type { JournalHold } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -13,8 +13,11 @@ import { requestedAddresses } from "./requested.ts";
 
 type Requested = ReturnType<typeof requestedAddresses>;
 
-/** A family's lease: its claim, and whether this ADD made it (`fresh`) or found it its own. */
-type Held = Lease & { name: string; uid?: string; fresh: boolean };
+/**
+ * A family's lease: its claim, whether this ADD made it (`fresh`) or found it
+ * its own, and the create that makes it again (its address pinned).
+ */
+type Held = Lease & { name: string; uid?: string; fresh: boolean; body: Record<string, unknown> };
 
 /**
  * ADD: lease one address per configured family from Milo. Retries of the same
@@ -48,10 +51,16 @@ export const add: Handler = async (inv) => {
     const entry = await inv.journal.hold(inv.attachment);
     const previous = inv.holdings.read(inv.attachment);
     let leased = false;
+    let adding: Holding | undefined;
     try {
-      inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
+      adding = inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
       const held = await leaseAll(inv, entry, requested);
-      const claims = held.map((h) => ({ name: h.name, uid: h.uid, address: formatCidr(h.cidr) }));
+      const claims = held.map((h) => ({
+        name: h.name,
+        uid: h.uid,
+        address: formatCidr(h.cidr),
+        body: h.body,
+      }));
       inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
       await entry?.remove();
       leased = true;
@@ -61,7 +70,7 @@ export const add: Handler = async (inv) => {
       };
     } finally {
       entry?.close();
-      if (!leased && inv.milo.unansweredCreates === 0) settle(inv, previous);
+      if (!leased && adding) settle(inv, previous, adding, inv.milo.unansweredCreates > 0);
     }
   } finally {
     lock.close();
@@ -69,12 +78,20 @@ export const add: Handler = async (inv) => {
 };
 
 /**
- * Puts back the record from before a failed ADD whose creates Milo all
- * answered (an earlier ADD's lease stays recorded), or removes it; never throws.
+ * The record after a failed ADD (lib/lease.ts `afterFailedAdd`): the one it
+ * found, in doubt or not, when Milo answered every create it sent; else its
+ * own `adding` record, in doubt. Never throws.
  */
-function settle(inv: Invocation, previous: Holding | undefined): void {
+function settle(
+  inv: Invocation,
+  previous: Holding | undefined,
+  adding: Holding,
+  unanswered: boolean,
+): void {
   try {
-    if (previous?.state === "held") inv.holdings.put(inv.attachment, previous);
+    const after = afterFailedAdd(previous, adding, unanswered);
+    if (after === adding) return;
+    if (after) inv.holdings.put(inv.attachment, after);
     else inv.holdings.remove(inv.attachment);
   } catch {
     // Left `adding`: the DEL after it journals its claims in doubt, which costs a wait only.
@@ -132,7 +149,8 @@ async function leaseFamily(
         fresh ? "Milo bound another address than the one posted" : "DEL the attachment first",
       );
     }
-    return { family, cidr, name, uid: claim.metadata.uid, fresh };
+    const pinned = { ...body, spec: { ...(body.spec as object), address: cidr.ip } };
+    return { family, cidr, name, uid: claim.metadata.uid, fresh, body: pinned };
   } catch (err) {
     const e = toCniError(err);
     if (!fresh) throw e;

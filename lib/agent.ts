@@ -198,11 +198,13 @@ export class Agent {
     const verb = String(reply.record.verb ?? "none");
     const code = String(reply.exitCode === 0 ? 0 : reply.stdout?.code ?? 1);
     this.metrics.calls.add({ verb, code });
+    const duplicates = Array.isArray(reply.record.duplicates) ? reply.record.duplicates.length : 0;
+    if (duplicates) this.metrics.duplicates.add({ via: "release" }, duplicates);
     this.metrics.latency.observe({ verb }, (Date.now() - started) / 1000);
     if (!reply.node) return;
     this.#logger.configure(reply.node.log.file, reply.node.log.level);
     if (reply.node.warning) await this.#logger.write("warn", { msg: reply.node.warning });
-    await this.#logger.write(reply.exitCode === 0 ? "info" : "error", {
+    await this.#logger.write(reply.exitCode === 0 && !duplicates ? "info" : "error", {
       ...reply.record,
       via: "agent",
       ...(why ? { why } : {}),
@@ -268,12 +270,23 @@ export class Agent {
       for (const x of r.released) this.metrics.reconcileReleases.add({ via: x.via });
       if (r.brake) this.metrics.reconcileBrakes.add({ reason: r.brake.reason });
       this.metrics.otherHostClaims.set(r.otherHosts.reduce((n, h) => n + h.claims, 0));
+      for (const x of r.remade) this.metrics.leaseRepairs.add({ outcome: x.outcome });
+      if (r.duplicates.length) {
+        this.metrics.leaseRepairs.add({ outcome: "duplicate" }, r.duplicates.length);
+        this.metrics.duplicates.add({ via: "reconcile" }, r.duplicates.length);
+      }
+      if (r.missing.length) this.metrics.leaseRepairs.add({ outcome: "failed" }, r.missing.length);
+      if (r.verified) {
+        this.metrics.duplicateAddresses.set(r.duplicates.length);
+        this.metrics.liveWithoutClaim.set(r.missing.length);
+      }
       for (const msg of r.warnings.filter((w) => !this.#warned.has(w))) {
         this.#warned.add(msg);
         await this.#logger.write("warn", { verb: "RECONCILE", msg });
       }
-      const odd = r.brake || r.otherHosts.length;
-      const level = r.errors.length ? "error" : odd ? "warn" : "info";
+      const odd = r.brake || r.otherHosts.length || r.remade.length;
+      const bad = r.errors.length || r.duplicates.length || r.missing.length;
+      const level = bad ? "error" : odd ? "warn" : "info";
       await this.#logger.write(level, {
         verb: "RECONCILE",
         node: r.node,
@@ -281,6 +294,9 @@ export class Agent {
         kept: r.kept.length,
         ...(r.brake ? { brake: r.brake } : {}),
         ...(r.otherHosts.length ? { otherHosts: r.otherHosts } : {}),
+        ...(r.remade.length ? { remade: r.remade } : {}),
+        ...(r.duplicates.length ? { duplicates: r.duplicates } : {}),
+        ...(r.missing.length ? { missing: r.missing } : {}),
         journal: r.journal,
         errors: r.errors,
         durationMs: Date.now() - startedAt,

@@ -151,7 +151,13 @@ const nodeShape = {
     [],
   ),
   gc: withDefault(z.object({ minAgeS: withDefault(int(0, 86_400), 60) }), { minAgeS: 60 }),
-  reconcile: withDefault(z.object({ graceS: withDefault(int(0, 86_400), 300) }), { graceS: 300 }),
+  reconcile: withDefault(
+    z.object({
+      graceS: withDefault(int(0, 86_400), 300),
+      verifyIntervalS: withDefault(int(0, 86_400), 1_800),
+    }),
+    { graceS: 300, verifyIntervalS: 1_800 },
+  ),
   timeouts: withDefault(
     z.object({
       requestMs: withDefault(timeoutsShape.requestMs, 2_000),

@@ -5,10 +5,12 @@ import type { NodeConfig } from "./config.ts";
 import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
 import { hostId } from "./host.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
-import { type Holding, Holdings } from "./holdings.ts";
-import { Journal, type JournalClaim } from "./journal.ts";
+import { Holdings } from "./holdings.ts";
+import { IN_DOUBT, Journal, type JournalClaim } from "./journal.ts";
+import { type Holding, type Owed, owedAfterRelease } from "./lease.ts";
 import type { NetConf } from "./netconf.ts";
 import { lockAttachment } from "./lockfile.ts";
+import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
 /**
@@ -24,9 +26,11 @@ import type { IPClaim } from "./milo_objects.ts";
  * failure fails the DEL so the runtime retries it, and records the claims in the release
  * journal, so that `milo-ipam reconcile` finishes the release if the runtime
  * gives up; the record keeps what is neither released nor journaled. After an
- * ADD left in doubt (its record still `adding`: killed, or a create
- * unanswered), a released DEL records an in-doubt entry instead: that create
- * may still land. Holds the attachment's lock (see lib/lockfile.ts)
+ * ADD left in doubt (lib/lease.ts: killed, or a create unanswered) the DEL
+ * journals the doubt whatever happened to it, released or not: that create
+ * may still land. A claim a DELETE removed in place of the one judged (Milo
+ * ignores its uid precondition) is made again, or journaled to be, and a
+ * duplicate it finds is reported. Holds the attachment's lock (see lib/lockfile.ts)
  * throughout. The agent's undo releases nothing unless the ADD it undoes is
  * still the attachment's last, and then only the claims that ADD made
  * ({@link undo}).
@@ -58,23 +62,31 @@ export const del: Handler = async (inv) => {
 async function undo(inv: Invocation, h: Holding) {
   const names = h.claims.map((c) => c.name);
   const found: string[] = [];
+  const events = new ReleaseTally();
   const r = await attemptAll(
     names,
     async (name) => {
-      const done = await inv.milo.releaseIf(name, (c) => madeBy(c) === inv.undoOf);
+      const mine = (c: IPClaim) => madeBy(c) === inv.undoOf;
+      const done = await inv.milo.releaseIf(name, mine, events.of());
       if (done === "changed") found.push(name);
     },
     (name) => `undo: release of claim ${name} failed`,
   );
+  // A failed undo leaves the record as it is: the runtime's DEL of the attachment judges it.
   if (r.failures.length) throw combineErrors(r.failures);
   const gone = names.filter((n) => !found.includes(n));
-  if (h.state === "adding" && gone.length) {
-    await inv.journal.recordDoubt(inv.attachment, gone, inv.now());
-  }
+  // After an ADD in doubt, the names it made or may still make are journaled in doubt.
+  const doubt = owedAfterRelease(h, [], inv.now(), graceOf(inv))?.doubt;
+  const inDoubt = doubt?.names.filter((n) => gone.includes(n)) ?? [];
+  const owed = doubt && inDoubt.length
+    ? { claims: [], doubt: { ...doubt, names: inDoubt } }
+    : undefined;
+  await settleOwed(inv, owed, events, true, IN_DOUBT);
   if (found.length) inv.holdings.forget(inv.attachment, gone);
   else inv.holdings.remove(inv.attachment);
   return {
     claims: gone,
+    ...events.result(),
     ...(found.length
       ? {
         skipped: `undo of ADD ${inv.undoOf}: ${
@@ -89,9 +101,9 @@ async function release(inv: Invocation) {
   const a = inv.attachment;
   const record = ownRecord(inv.holdings, a);
   const claims = namesOf(inv, record);
-  const inDoubt = record?.state === "adding";
   const left = new Map<string, string>();
   const seen = new Map<string, string>();
+  const events = new ReleaseTally();
   const r = await attemptAll(
     claims,
     async (name) => {
@@ -102,7 +114,7 @@ async function release(inv: Invocation) {
         else if (c.metadata.uid) seen.set(name, c.metadata.uid);
         return !not;
       };
-      const done = await inv.milo.releaseIf(name, mine, (w) => why.push(w));
+      const done = await inv.milo.releaseIf(name, mine, events.of((w) => why.push(w)));
       if (done === "changed") left.set(name, why.join("; ") || "another claim now");
       return done;
     },
@@ -113,27 +125,26 @@ async function release(inv: Invocation) {
     : claims.length
     ? {}
     : { skipped: "pod identity without the pod's name, and no record of this attachment" };
-  if (!r.failures.length) {
-    if (inDoubt) {
-      await inv.journal.recordDoubt(a, claims, inv.now()).catch((err) => {
-        throw new CniError(
-          "io",
-          "claims released, but an ADD of this attachment in doubt could not be journaled",
-          errorText(err),
-        );
-      });
-    } else await inv.journal.drop(a).catch(() => false);
-    inv.holdings.remove(a);
-    return { claims: claims.filter((c) => !left.has(c)), ...skipped };
-  }
-  const e = combineErrors(r.failures);
   const failed = claims.filter((name) => !r.done.includes(name));
-  const owed = await Promise.all(
+  const owedClaims = await Promise.all(
     failed.map((name) => journalClaim(inv, name, seen.get(name) ?? uidOf(record, name))),
   );
+  const owed = owedAfterRelease(record, owedClaims, inv.now(), graceOf(inv));
+  if (!r.failures.length) {
+    await settleOwed(inv, owed, events, true, IN_DOUBT).catch((err) => {
+      throw new CniError(
+        "io",
+        "claims released, but what the release still owes could not be journaled",
+        errorText(err),
+      );
+    });
+    inv.holdings.remove(a);
+    return { claims: claims.filter((c) => !left.has(c)), ...skipped, ...events.result() };
+  }
+  const e = combineErrors(r.failures);
   let note: string;
   try {
-    const path = await inv.journal.record(a, owed, e.message, inv.now());
+    const path = await settleOwed(inv, owed, events, false, e.message);
     note = `journaled for release by milo-ipam reconcile (${path})`;
     // What is released or journaled leaves the record; the rest stays for reconcile to judge.
     if (record) inv.holdings.forget(a, r.done);
@@ -142,6 +153,29 @@ async function release(inv: Invocation) {
   }
   throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
 }
+
+/**
+ * Journals what a release owes: the claims it could not release and its
+ * doubt (lib/lease.ts), and each claim it must make again; drops the entry of
+ * a release that owes nothing (`done`: every claim was released). Answers
+ * the entry's path.
+ */
+async function settleOwed(
+  inv: Invocation,
+  owed: Owed | undefined,
+  events: ReleaseTally,
+  done: boolean,
+  error: string,
+): Promise<string> {
+  const a = inv.attachment;
+  for (const remake of events.owed) await inv.journal.recordRemake(a, remake, inv.now());
+  if (owed) return await inv.journal.owe(a, owed, error, { now: inv.now(), replace: done });
+  if (done) await inv.journal.drop(a).catch(() => false);
+  return inv.journal.pathOf(a);
+}
+
+/** How long a doubt may last: the reconcile's grace, after which a late create is an orphan. */
+const graceOf = (inv: Pick<Invocation, "node">) => inv.node.reconcile.graceS * 1000;
 
 /**
  * This machine's record of the attachment: one another host wrote, or this
@@ -242,10 +276,9 @@ export async function journalUnreached(
       });
     if (!claims.length) return undefined;
     const journal = new Journal(node.stateDir);
-    // After an ADD in doubt its creates may land later: an in-doubt entry waits for them.
-    const path = record?.state === "adding"
-      ? await journal.recordDoubt(a, claims.map((c) => c.name), now)
-      : await journal.record(a, claims, error, now);
+    // After an ADD in doubt its creates may land later: the entry waits for them too.
+    const owed = owedAfterRelease(record, claims, now, node.reconcile.graceS * 1000)!;
+    const path = await journal.owe(a, owed, error, { now });
     return `journaled for release by milo-ipam reconcile (${path})`;
   } catch (err) {
     return `could not be journaled: ${errorText(err)}`;

@@ -45,6 +45,21 @@ export class CniError extends Error {
   }
 }
 
+/**
+ * A request Milo may have executed without its answer reaching the client (a
+ * timeout, a connection lost after sending, a 5xx): a DELETE is never sent
+ * again blind (lib/milo_release.ts).
+ */
+export class Unanswered extends CniError {
+  /** The request (`METHOD path`). */
+  readonly what: string;
+
+  constructor(what: string, why: string) {
+    super("transient", `${what}: no answer from Milo; it may have been executed`, why);
+    this.what = what;
+  }
+}
+
 /** How much of one text from a server (a body, a Status message) an error quotes. */
 export const QUOTE_CHARS = 300;
 /** Longest `msg` of a CNI error. */

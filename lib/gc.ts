@@ -9,6 +9,7 @@ import type { Handler, Invocation } from "./invocation.ts";
 import { isLive, readLive } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { Release } from "./milo.ts";
+import { ReleaseTally } from "./milo_release.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
@@ -55,17 +56,19 @@ export const gc: Handler = async (inv) => {
   }).map((c) => ({ c, record: recordOf(inv, c) }));
   const claims: string[] = [];
   const failures: CniError[] = [];
+  const tally = new ReleaseTally();
   for (let i = 0; i < stale.length; i += DELETE_CONCURRENCY) {
     const r = await attemptAll(
       stale.slice(i, i + DELETE_CONCURRENCY),
-      (s) => releaseStale(inv, s.c, s.record),
+      (s) => releaseStale(inv, s.c, s.record, tally),
       (s) => `release of ${s.c.metadata.name} failed`,
     );
     claims.push(...r.done.map((s) => s.c.metadata.name));
     failures.push(...r.failures);
   }
+  for (const remake of tally.owed) await inv.journal.recordRemake(a, remake, inv.now());
   if (failures.length) throw combineErrors(failures);
-  return { claims };
+  return { claims, ...tally.result() };
 };
 
 /** The attachment key of a claim's holder on this node. */
@@ -87,7 +90,12 @@ function recordOf(inv: Invocation, c: IPClaim): string {
  * record. No ADD or DEL of the attachment runs meanwhile, so the name is not
  * made again between the GET and the DELETE (see MiloClient.releaseIf).
  */
-async function releaseStale(inv: Invocation, c: IPClaim, record: string): Promise<Release> {
+async function releaseStale(
+  inv: Invocation,
+  c: IPClaim,
+  record: string,
+  tally: ReleaseTally,
+): Promise<Release> {
   const key = keyOf(inv, c);
   const lock = await lockAttachment(inv.node.stateDir, key);
   try {
@@ -96,6 +104,7 @@ async function releaseStale(inv: Invocation, c: IPClaim, record: string): Promis
     const r = await inv.milo.releaseIf(
       c.metadata.name,
       (x) => x.metadata.uid === c.metadata.uid && !notHeldHere(x, a),
+      tally.of(),
     );
     if (r !== "changed") inv.holdings.forget(key, [c.metadata.name]);
     return r;

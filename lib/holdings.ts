@@ -30,43 +30,8 @@ import { attachmentHash } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
 import { bootId } from "./host.ts";
+import { afterAdd, beginAdd, type HeldClaim, type Holding } from "./lease.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
-
-/** One claim of a record. */
-export interface HeldClaim {
-  name: string;
-  uid?: string;
-  /** The address it leases, as the ADD answered it. */
-  address?: string;
-}
-
-/** What the node records of one attachment. */
-export interface Holding {
-  state: "adding" | "held";
-  /** The call id of the ADD that wrote it. */
-  addId: string;
-  /** When it was written (ms since epoch, the node's clock). */
-  at: number;
-  /** `adding`: when the ADD ends at the latest, its watchdog's included (the node's clock). */
-  until?: number;
-  cluster: string;
-  /** The host that wrote it (lib/host.ts): a record copied to another machine is not its own. */
-  host?: string;
-  /**
-   * The node it was written under: a record copied to a machine that kept
-   * this one's machine-id under its own node name is not that machine's.
-   */
-  node?: string;
-  /**
-   * The boot its ADD ran in (lib/host.ts `bootId`): the sandbox that holds the
-   * claims of a record from an earlier boot died with that boot.
-   */
-  boot?: string;
-  network: string;
-  containerId: string;
-  ifname: string;
-  claims: HeldClaim[];
-}
 
 type Key = Pick<Attachment, "cluster" | "containerId" | "ifname">;
 
@@ -110,10 +75,12 @@ export class Holdings {
 
   /**
    * Records that the ADD `addId` of `a`, which ends by `deadline` (its
-   * watchdog's grace added here), is about to create `names`.
+   * watchdog's grace added here), is about to create `names`, keeping what
+   * the record it replaces carried (lib/lease.ts `beginAdd`). Answers the
+   * record written.
    */
-  adding(a: Attachment, addId: string, names: string[], now: number, deadline: number): void {
-    this.#write(a, {
+  adding(a: Attachment, addId: string, names: string[], now: number, deadline: number): Holding {
+    const h = beginAdd(this.read(a), {
       ...fields(a, names.map((name) => ({ name }))),
       ...this.#boot(),
       state: "adding",
@@ -121,11 +88,21 @@ export class Holdings {
       at: now,
       until: deadline + WATCHDOG_GRACE_MS,
     });
+    this.#write(a, h);
+    return h;
   }
 
-  /** Records that the ADD `addId` of `a` holds `claims`. */
+  /**
+   * Records that the ADD `addId` of `a` holds `claims`, keeping what its
+   * `adding` record carried (lib/lease.ts `afterAdd`).
+   */
   held(a: Attachment, addId: string, claims: HeldClaim[], now: number): void {
-    this.#write(a, { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now });
+    const held: Holding = { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now };
+    const adding = this.read(a);
+    this.#write(
+      a,
+      adding?.state === "adding" && adding.addId === addId ? afterAdd(adding, held) : held,
+    );
   }
 
   /** Writes `h` back as the record of `a` (what a failed ADD found before it began). */
@@ -191,21 +168,17 @@ export class Holdings {
 
   /**
    * Adds a claim found in Milo (the LIST of a node without a record) to the
-   * record of its attachment, as held; one the record has already is kept.
+   * record of its attachment, as held; one the record has already with its
+   * uid is kept (one without gets the uid found), unless `newUid`: the same
+   * lease made again under a new uid.
    */
-  adopt(a: Attachment, claim: HeldClaim, now: number): void {
+  adopt(a: Attachment, claim: HeldClaim, now: number, newUid = false): void {
     const h = this.read(a);
-    if (h?.claims.some((c) => c.name === claim.name)) return;
-    const claims = [...(h?.claims ?? []), claim];
-    // Found in Milo: the boot its sandbox ran in is known only from a record made by its ADD.
-    const boot = h?.boot ? { boot: h.boot } : {};
-    this.#write(a, {
-      ...fields(a, claims),
-      ...boot,
-      state: "held",
-      addId: h?.addId ?? "listed",
-      at: now,
-    });
+    const had = h?.claims.find((c) => c.name === claim.name);
+    if (had?.uid && !newUid) return;
+    const claims = [...(h?.claims ?? []).filter((c) => c !== had), { ...had, ...claim }];
+    if (h) return this.#write(a, { ...h, claims });
+    this.#write(a, { ...fields(a, claims), state: "held", addId: "listed", at: now });
   }
 
   /** Drops `names` from the record of `a` (removing it when none is left); the caller holds its lock. */

@@ -255,6 +255,16 @@ export function isTimeout(err: unknown): boolean {
   return err instanceof DOMException && (err.name === "TimeoutError" || err.name === "AbortError");
 }
 
+/**
+ * True when a fetch failed before its request could reach the server: the
+ * connection was never made (refused, unreachable, a name not resolved).
+ * Anything else (a timeout, a connection lost later) may have been executed.
+ */
+export function neverSent(err: unknown): boolean {
+  const text = err instanceof Error ? `${err.message} ${errorText(err.cause)}` : "";
+  return /tcp connect error|connection refused|dns error|failed to lookup address/i.test(text);
+}
+
 /** True when the sandbox refused (also as the cause of a fetch TypeError). */
 export function isNotCapable(err: unknown): boolean {
   return err instanceof Deno.errors.NotCapable ||

@@ -6,6 +6,7 @@ import { FAMILIES, type Family } from "./ip.ts";
 import type { Holdings } from "./holdings.ts";
 import type { Journal } from "./journal.ts";
 import type { MiloClient } from "./milo.ts";
+import type { Duplicate } from "./restore.ts";
 
 /** Everything a verb handler needs for one plugin invocation. */
 export interface Invocation {
@@ -39,6 +40,8 @@ export interface HandlerResult {
   claims: string[];
   /** Why the handler left the claims alone, when it did (logged). */
   skipped?: string;
+  /** Addresses it found two sandboxes on (logged as errors and counted: never silent). */
+  duplicates?: Duplicate[];
 }
 
 /** A verb handler. */

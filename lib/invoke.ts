@@ -143,10 +143,12 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     handled = true;
     const r = await HANDLERS[verb](inv);
     const skipped = r.skipped ? { skipped: r.skipped } : {};
+    const duplicates = r.duplicates?.length ? { duplicates: r.duplicates } : {};
     return finish({ exitCode: 0, stdout: r.output }, {
       claims: r.claims,
       outcome: "ok",
       ...skipped,
+      ...duplicates,
     });
   } catch (err) {
     let e = toCniError(err);

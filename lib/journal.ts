@@ -16,6 +16,8 @@
  */
 import { writeAtomic } from "./atomic_write.ts";
 import { type Attachment, attachmentHash } from "./claims.ts";
+import type { Owed } from "./lease.ts";
+import { sha256Hex } from "./sha256.ts";
 import { CniError, errorText } from "./errors.ts";
 import {
   type Entries,
@@ -36,6 +38,7 @@ export interface JournalClaim {
 
 /** One journal entry: an attachment the runtime removed whose release is unfinished. */
 export interface JournalEntry {
+  kind?: undefined;
   cluster: string;
   node: string;
   /** The host that wrote it (lib/host.ts): an entry copied to another machine is not its own. */
@@ -53,10 +56,41 @@ export interface JournalEntry {
   /**
    * The claims may not exist yet: an ADD's create went unanswered before the
    * DEL. Reconcile releases a claim of the attachment created up to a grace
-   * period after `created`, and keeps waiting for an absent one until then.
+   * period after `doubtSince` (else `created`), and keeps waiting for an
+   * absent one until then.
    */
   inDoubt?: boolean;
+  /**
+   * When the doubt began (ms, the node's clock): the end of the ADD whose
+   * creates may land (lib/lease.ts), the latest of every doubt the entry owes.
+   */
+  doubtSince?: number;
 }
+
+/**
+ * A claim owed to Milo again: a release's DELETE removed it in place of the
+ * claim it judged (Milo ignores a DELETE's uid precondition), and making it
+ * again failed. Reconcile makes it again, verified (lib/restore.ts). One
+ * file per claim name (`remake-<hash>.json`), counted against the share of
+ * the attachment whose release owes it.
+ */
+export interface RemakeEntry {
+  kind: "remake";
+  cluster: string;
+  node: string;
+  host?: string;
+  network: string;
+  podNamespace?: string;
+  /** The claim's name, and the create that makes it again (its address pinned). */
+  name: string;
+  body: Record<string, unknown>;
+  created: number;
+  attempts: number;
+  lastError: string;
+}
+
+/** Any entry of the journal: a release owed, or a claim owed again. */
+export type AnyEntry = JournalEntry | RemakeEntry;
 
 /** Why an in-doubt entry was recorded (its `lastError`). */
 export const IN_DOUBT =
@@ -90,13 +124,59 @@ export class Journal {
   }
 
   /**
-   * Records that the released claims `names` of `a` may still appear (an ADD
-   * in doubt), replacing what the entry owed: the caller just released it all.
+   * Records (or extends) the entry of `a` with what a release owes (lib/lease.ts
+   * `owedAfterRelease`): its claims and the error that left them, and, when
+   * creates may still land, the doubt (in doubt from then on, its window from
+   * the latest doubt's beginning). `replace`: the claims the entry owed before
+   * were just released (only the doubt is owed of them). Under the entry's
+   * lock (`held`: the caller holds it already).
    */
-  recordDoubt(a: Attachment, names: string[], now = Date.now()): Promise<string> {
-    return this.#write(a, (old) => ({
-      ...entryOf(a, old?.created ?? now, names.map((name) => ({ name })), IN_DOUBT),
-      inDoubt: true,
+  owe(
+    a: Attachment,
+    owed: Owed,
+    error: string,
+    o: { now?: number; held?: JournalHold | null; replace?: boolean } = {},
+  ): Promise<string> {
+    const now = o.now ?? Date.now();
+    return this.#write(a, (old) => {
+      const byName = new Map((o.replace ? [] : old?.claims ?? []).map((c) => [c.name, c]));
+      for (const c of owed.claims) byName.set(c.name, { ...byName.get(c.name), ...c });
+      for (const name of owed.doubt?.names ?? []) byName.set(name, byName.get(name) ?? { name });
+      const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);
+      entry.attempts = old?.attempts ?? 0;
+      const since = Math.max(
+        old?.doubtSince ?? old?.created ?? -Infinity,
+        owed.doubt?.since ?? -Infinity,
+      );
+      if (old?.inDoubt || owed.doubt) Object.assign(entry, { inDoubt: true, doubtSince: since });
+      if (owed.doubt && !owed.claims.length) entry.lastError = IN_DOUBT;
+      return entry;
+    }, o.held);
+  }
+
+  /**
+   * Records that the claim `remake.body` names is owed to Milo again, on
+   * behalf of the release of `a` (whose share it counts against).
+   */
+  recordRemake(
+    a: Attachment,
+    remake: { body: Record<string, unknown>; why: string },
+    now = Date.now(),
+  ): Promise<string> {
+    const name = String((remake.body.metadata as { name?: unknown })?.name ?? "");
+    const path = `${this.dir}/${REMAKE}${sha256Hex(name).slice(0, 20)}.json`;
+    return this.#writeAt(path, (old) => ({
+      kind: "remake",
+      cluster: a.cluster,
+      node: a.node,
+      ...(a.host ? { host: a.host } : {}),
+      network: a.network,
+      ...(a.podNamespace ? { podNamespace: a.podNamespace } : {}),
+      name,
+      body: remake.body,
+      created: old?.created ?? now,
+      attempts: old?.attempts ?? 0,
+      lastError: remake.why,
     }));
   }
 
@@ -155,32 +235,36 @@ export class Journal {
     now = Date.now(),
     held?: JournalHold | null,
   ): Promise<string> {
-    return this.#write(a, (old) => {
-      const byName = new Map((old?.claims ?? []).map((c) => [c.name, c]));
-      for (const c of claims) byName.set(c.name, { ...byName.get(c.name), ...c });
-      const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);
-      entry.attempts = old?.attempts ?? 0;
-      if (old?.inDoubt) entry.inDoubt = true;
-      return entry;
-    }, held);
+    return this.owe(a, { claims }, error, { now, held });
   }
 
   /**
    * Writes the entry of `a` that `next` makes of the current one, under the
    * entry's lock (`held`: the caller holds it already); answers its path.
    */
-  async #write(
+  #write(
     a: Attachment,
     next: (old: JournalEntry | undefined) => JournalEntry,
     held?: JournalHold | null,
   ): Promise<string> {
-    const path = this.pathOf(a);
+    return this.#writeAt(this.pathOf(a), (old) => {
+      const entry = next(old?.kind === "remake" ? undefined : old);
+      if (old) entry.podNamespace = old.podNamespace;
+      return entry;
+    }, held);
+  }
+
+  /** Writes the entry at `path` that `next` makes of the current one, under its lock. */
+  async #writeAt<T extends AnyEntry>(
+    path: string,
+    next: (old: AnyEntry | undefined) => T,
+    held?: JournalHold | null,
+  ): Promise<string> {
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 }).catch(rethrowIo(this.dir));
     const lock = held?.path === path ? null : await lockFile(path);
     try {
       const old = await this.#read(path);
       const entry = next(old);
-      if (old) entry.podNamespace = old.podNamespace;
       await writeAtomic(path, entry);
       if (!old) {
         const entries = () => this.#entries();
@@ -224,7 +308,8 @@ export class Journal {
     const h = await this.hold(a);
     if (!h) return false;
     try {
-      if ((await this.#read(h.path))?.inDoubt) return false;
+      const e = await this.#read(h.path);
+      if (e?.kind === undefined && e?.inDoubt) return false;
       await h.remove();
       return true;
     } finally {
@@ -232,12 +317,37 @@ export class Journal {
     }
   }
 
-  /** Every entry, oldest first; unreadable files are reported with their error. */
+  /** Every release entry, oldest first; unreadable files are reported with their error. */
   async list(): Promise<{ path: string; entry?: JournalEntry; error?: string }[]> {
+    return (await this.#list((n) => !n.startsWith(REMAKE))).map((e) =>
+      e.entry?.kind === "remake" ? { path: e.path, error: "a claim owed again in its place" } : {
+        path: e.path,
+        ...(e.entry ? { entry: e.entry } : {}),
+        ...(e.error ? { error: e.error } : {}),
+      }
+    );
+  }
+
+  /** Every claim owed again ({@link recordRemake}), oldest first; unreadable ones with their error. */
+  async remakes(): Promise<{ path: string; entry?: RemakeEntry; error?: string }[]> {
+    return (await this.#list((n) => n.startsWith(REMAKE))).map((e) =>
+      e.entry && e.entry.kind !== "remake"
+        ? { path: e.path, error: "a release entry under a remake's name" }
+        : {
+          path: e.path,
+          ...(e.entry ? { entry: e.entry } : {}),
+          ...(e.error ? { error: e.error } : {}),
+        }
+    );
+  }
+
+  async #list(
+    named: (name: string) => boolean,
+  ): Promise<{ path: string; entry?: AnyEntry; error?: string }[]> {
     let names: string[];
     try {
       names = (await Array.fromAsync(Deno.readDir(this.dir)))
-        .filter((e) => e.isFile && e.name.endsWith(".json")).map((e) => e.name);
+        .filter((e) => e.isFile && e.name.endsWith(".json") && named(e.name)).map((e) => e.name);
     } catch (err) {
       if (err instanceof Deno.errors.NotFound) return [];
       throw new CniError("io", `cannot list release journal ${this.dir}`, errorText(err));
@@ -260,6 +370,21 @@ export class Journal {
    * exists (an ADD may have dropped it meanwhile); answers whether it ran.
    */
   async whileLocked(path: string, fn: (entry: JournalEntry) => Promise<void>): Promise<boolean> {
+    return await this.#whileLocked(path, (e) => e.kind === "remake" ? undefined : fn(e));
+  }
+
+  /** {@link whileLocked} for a claim owed again ({@link recordRemake}). */
+  async whileLockedRemake(
+    path: string,
+    fn: (entry: RemakeEntry) => Promise<void>,
+  ): Promise<boolean> {
+    return await this.#whileLocked(path, (e) => e.kind === "remake" ? fn(e) : undefined);
+  }
+
+  async #whileLocked(
+    path: string,
+    fn: (entry: AnyEntry) => Promise<void> | undefined,
+  ): Promise<boolean> {
     const file = await lockFile(path);
     if (!file) return false;
     try {
@@ -273,7 +398,9 @@ export class Journal {
   }
 
   /** Replaces an entry (after a failed attempt) or removes it (`null`), under its lock. */
-  async update(path: string, entry: JournalEntry | null): Promise<void> {
+  async update(path: string, entry: JournalEntry | null): Promise<void>;
+  async update(path: string, entry: RemakeEntry | null): Promise<void>;
+  async update(path: string, entry: AnyEntry | null): Promise<void> {
     if (entry) return await writeAtomic(path, entry);
     const old = await this.#read(path).catch(() => undefined);
     await Deno.remove(path).catch((err) => {
@@ -282,7 +409,7 @@ export class Journal {
     if (old) await this.#shares.removed(shareOf(old), baseName(path));
   }
 
-  async #read(path: string): Promise<JournalEntry | undefined> {
+  async #read(path: string): Promise<AnyEntry | undefined> {
     let text: string;
     try {
       text = await Deno.readTextFile(path);
@@ -290,10 +417,11 @@ export class Journal {
       if (err instanceof Deno.errors.NotFound) return undefined;
       throw new CniError("io", `cannot read release journal entry ${path}`, errorText(err));
     }
-    const v = JSON.parse(text) as JournalEntry;
-    if (!Array.isArray(v?.claims) || typeof v.containerId !== "string") {
-      throw new CniError("io", `release journal entry ${path} is malformed`);
-    }
+    const v = JSON.parse(text) as AnyEntry;
+    const ok = v?.kind === "remake"
+      ? typeof v.name === "string" && typeof v.body === "object" && v.body !== null
+      : Array.isArray(v?.claims) && typeof v.containerId === "string";
+    if (!ok) throw new CniError("io", `release journal entry ${path} is malformed`);
     return v;
   }
 }
@@ -319,6 +447,9 @@ function entryOf(
     lastError,
   };
 }
+
+/** How the file of a claim owed again begins (a release entry's begins `pod-`). */
+const REMAKE = "remake-";
 
 const baseName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
 

@@ -16,6 +16,7 @@
  * author chooses: only each entry's head is read (the container ID, which
  * libcni writes first), one entry at a time, so memory does not grow with it.
  */
+import type { Duplicate } from "./restore.ts";
 import { isPlainObject } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
@@ -312,6 +313,17 @@ export interface State {
   /** Claims absent from the caches: when first seen absent, and their uid then. */
   absent: Record<string, { firstAbsent: number; uid?: string }>;
   baseline?: Baseline;
+  /** Live claims last found in Milo as recorded (ms, the node's clock), by name. */
+  verified?: Record<string, number>;
+  /**
+   * What the last run's verification found wrong (addresses two sandboxes
+   * use, live attachments without their claim), for `milo-ipam show`.
+   */
+  findings?: {
+    at: number;
+    duplicates: Duplicate[];
+    missing: { claim: string; address?: string; why: string }[];
+  };
 }
 
 /** The state file as the last run left it (none, or unreadable as JSON: nothing observed). */
@@ -337,5 +349,10 @@ export async function readState(path: string, now: number): Promise<State> {
   const baseline = isPlainObject(b) && typeof b.live === "number" && typeof b.at === "number"
     ? { live: b.live, at: b.at }
     : undefined;
-  return { absent, baseline };
+  const verified: Record<string, number> = {};
+  for (const [name, at] of Object.entries(isPlainObject(doc.verified) ? doc.verified : {})) {
+    if (typeof at === "number" && Number.isFinite(at)) verified[name] = Math.min(at, now);
+  }
+  const findings = isPlainObject(doc.findings) ? doc.findings as State["findings"] : undefined;
+  return { absent, baseline, verified, ...(findings ? { findings } : {}) };
 }

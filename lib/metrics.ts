@@ -13,6 +13,11 @@ function labelText(l: Labels): string {
 class Counter {
   readonly #values = new Map<string, number>();
 
+  /** A counter whose series of `series` exist at 0 from the start (an alert's rate sees the first). */
+  constructor(series: Labels[] = []) {
+    for (const l of series) this.#values.set(labelText(l), 0);
+  }
+
   add(labels: Labels = {}, n = 1): void {
     const k = labelText(labels);
     this.#values.set(k, (this.#values.get(k) ?? 0) + n);
@@ -85,6 +90,15 @@ export class Metrics {
   readonly journalMax = new Gauge();
   /** 1 while the readiness probe passes (Milo answered with the node's token), else 0. */
   readonly ready = new Gauge();
+  /** Claims of live attachments made again, by outcome, and those that could not be. */
+  readonly leaseRepairs = new Counter(
+    ["made", "present", "duplicate", "failed"].map((outcome) => ({ outcome })),
+  );
+  /** Addresses found on two sandboxes, by who found them (a call's release, or the reconcile). */
+  readonly duplicates = new Counter([{ via: "release" }, { via: "reconcile" }]);
+  /** Addresses two sandboxes use and live attachments without their claim, at the last verification. */
+  readonly duplicateAddresses = new Gauge();
+  readonly liveWithoutClaim = new Gauge();
   /** The release running (the `release` label of `milo_ipam_build_info`). */
   release = "";
 
@@ -186,6 +200,35 @@ export class Metrics {
         "gauge",
         "1 while Milo answers the node's token (the readiness probe), else 0.",
         this.ready.lines("milo_ipam_ready"),
+      ),
+      ...family(
+        "milo_ipam_lease_repairs_total",
+        "counter",
+        "Claims of live attachments the reconcile found missing in Milo, by outcome: made " +
+          "again (made), there again already (present), taken by another (duplicate), not " +
+          "made this run (failed).",
+        this.leaseRepairs.lines("milo_ipam_lease_repairs_total"),
+      ),
+      ...family(
+        "milo_ipam_duplicates_total",
+        "counter",
+        "Addresses found on two sandboxes (a live one without its claim, and Milo's holder), " +
+          "by who found them: a call's release, or the reconcile's verification.",
+        this.duplicates.lines("milo_ipam_duplicates_total"),
+      ),
+      ...family(
+        "milo_ipam_duplicate_addresses",
+        "gauge",
+        "Addresses of this node's live attachments that Milo records for another holder, at " +
+          "the last verification.",
+        this.duplicateAddresses.lines("milo_ipam_duplicate_addresses"),
+      ),
+      ...family(
+        "milo_ipam_live_without_claim",
+        "gauge",
+        "Live attachments of this node whose claim is missing in Milo and could not be made " +
+          "again, at the last verification.",
+        this.liveWithoutClaim.lines("milo_ipam_live_without_claim"),
       ),
       ...family(
         "milo_ipam_build_info",

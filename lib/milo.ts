@@ -4,11 +4,12 @@
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
-import { clip, CniError, isTransientStatus, QUOTE_CHARS } from "./errors.ts";
+import { clip, CniError, isTransientStatus, QUOTE_CHARS, Unanswered } from "./errors.ts";
 import {
   httpClientFor,
   miloFetchFailure,
   miloHeaders,
+  neverSent,
   parseJson,
   readAnswer,
   readToken,
@@ -36,13 +37,13 @@ import {
   statusError,
   statusOf,
 } from "./milo_objects.ts";
-import { type Release, releaseIf } from "./milo_release.ts";
+import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
 import { after, pause } from "./timers.ts";
 
 export { API_PATH } from "./milo_objects.ts";
-export type { Release } from "./milo_release.ts";
+export type { OwedRemake, Release, ReleaseEvents } from "./milo_release.ts";
 export type { ClientOptions } from "./milo_options.ts";
 
 const MAX_ATTEMPTS = 8;
@@ -53,6 +54,18 @@ const MIN_SEND_MS = 50;
 
 /** An accepted answer: its status, its JSON body (none when streamed) and its `Date`. */
 type Answer = { status: number; body: unknown; date: number };
+
+/** How one request is sent and which answers it accepts (see `MiloClient.#call`). */
+interface CallOptions {
+  body?: unknown;
+  accept: number[];
+  /** The claim a 404 must be Milo's NotFound of. */
+  name?: string;
+  stream?: StreamRead;
+  also?: (status: number, st: MiloStatus | undefined) => boolean;
+  /** Sent again only when Milo certainly did not act on it; else {@link Unanswered}. */
+  unsentOnly?: boolean;
+}
 
 /** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
 export interface ClaimList {
@@ -152,7 +165,7 @@ export class MiloClient {
       (status === 500 && nameTaken(st, ns, name)) ||
       (status === 403 && namespaceRefused(st, ns) !== undefined);
     const path = this.#claimsPath();
-    const a = await this.#call("POST", path, body, [201, 409], undefined, undefined, also);
+    const a = await this.#call("POST", path, { body, accept: [201, 409], also });
     if (a.status === 201) return parse(IPClaimSchema, a.body, "IPClaim");
     const st = statusOf(a.body);
     if (a.status === 403) throw namespaceRefused(st, ns)!;
@@ -170,7 +183,7 @@ export class MiloClient {
    * NaN without one): a claim's age on Milo's own clock.
    */
   async getClaimAt(name: string): Promise<{ claim: IPClaim | null; serverTime: number }> {
-    const a = await this.#call("GET", this.#claimsPath(name), undefined, [200, 404], name);
+    const a = await this.#call("GET", this.#claimsPath(name), { accept: [200, 404], name });
     if (a.status === 404) return { claim: null, serverTime: a.date };
     const claim = parse(IPClaimSchema, a.body, "IPClaim");
     if (claim.metadata.name !== name) {
@@ -186,37 +199,36 @@ export class MiloClient {
 
   /** DELETEs a claim: `released` on 200/202, `absent` on 404. */
   async deleteClaim(name: string): Promise<"released" | "absent"> {
-    const a = await this.#call("DELETE", this.#claimsPath(name), undefined, [200, 202, 404], name);
+    const path = this.#claimsPath(name);
+    const a = await this.#call("DELETE", path, { accept: [200, 202, 404], name });
     return a.status === 404 ? "absent" : "released";
   }
 
   /**
    * Releases the claim `name` only while it is the object with `uid`: a fresh
    * GET compares the uid, and the DELETE carries it as a precondition (see
-   * {@link releaseIf}: Milo ignores it; `note` hears what was done instead).
+   * {@link releaseIf}: Milo ignores it; `events` hear what was done instead).
    */
-  async releaseClaim(
-    name: string,
-    uid: string,
-    note?: (why: string) => void,
-  ): Promise<Release> {
-    return await this.releaseIf(name, (c) => c.metadata.uid === uid, note);
+  async releaseClaim(name: string, uid: string, events?: ReleaseEvents): Promise<Release> {
+    return await this.releaseIf(name, (c) => c.metadata.uid === uid, events);
   }
 
   /**
    * Releases the claim `name` only when a fresh GET finds it `mine` (given
    * Milo's clock of the answer; else `changed`), its uid the DELETE's
-   * precondition, which Milo ignores (`AllocatingREST.Delete` reads by name).
-   * A name other sandboxes make again is deleted only under Retain: one made
-   * again before the DELETE and deleted in its place is made again at once,
-   * re-bound to its address (`changed`); under Delete it is left (`note`). An
-   * attachment's name is made again only under its lock, which callers hold;
-   * made again all the same, it is remade pinned, or an error names both uids.
+   * precondition, which Milo ignores (`AllocatingREST.Delete` reads by name):
+   * so a DELETE is sent again only after a GET finds the same object still
+   * there. A name other sandboxes make again is deleted only under Retain: one
+   * made again before the DELETE and deleted in its place is made again at
+   * once, its address pinned, and verified (`changed`; `events.owed` when it
+   * cannot be now, `events.duplicate` when its address is another's); under
+   * Delete it is left (`events.note`). An attachment's name is made again only
+   * under its lock, which callers hold.
    */
   async releaseIf(
     name: string,
     mine: (claim: IPClaim, serverTime: number) => boolean,
-    note: (why: string) => void = () => {},
+    events: ReleaseEvents = {},
   ): Promise<Release> {
     return await releaseIf(
       {
@@ -224,15 +236,27 @@ export class MiloClient {
         getClaimAt: (n) => this.getClaimAt(n),
         getClaim: (n) => this.getClaim(n),
         createClaim: (body) => this.createClaim(body),
-        deleteWith: async (n, options) => {
+        deleteOnce: async (n, options) => {
           const path = this.#claimsPath(n);
-          const a = await this.#call("DELETE", path, options, [200, 202, 404, 409], n);
+          const accept = [200, 202, 404, 409];
+          const a = await this.#call("DELETE", path, {
+            body: options,
+            accept,
+            name: n,
+            unsentOnly: true,
+          });
           return { ...a, what: `DELETE ${path}` };
+        },
+        backOff: async (round) => {
+          const wait = this.#backoff(round);
+          if (this.#now() + wait + MIN_SEND_MS >= this.#o.deadline) return false;
+          await pause(wait, this.#sleep, this.#o.signal);
+          return true;
         },
       },
       name,
       mine,
-      note,
+      events,
     );
   }
 
@@ -275,35 +299,31 @@ export class MiloClient {
 
   /** A GET of a LIST's page, read by `read` as a stream: Milo's clock of the answer. */
   readonly #get: StreamGet = async (path, read) =>
-    (await this.#call("GET", path, undefined, [200], undefined, read)).date;
+    (await this.#call("GET", path, { accept: [200], stream: read })).date;
 
   /**
    * One request with retries; a 404 is accepted only as Milo's NotFound for
-   * `name`; `also` accepts an error answer its Status singles out.
+   * `o.name`; `o.also` accepts an error answer its Status singles out. With
+   * `o.unsentOnly` a request is sent again only when Milo certainly did not
+   * act on it (a 429 of its priority and fairness, which refuses before the
+   * request runs; a connection never made): any other failure may have been
+   * executed without an answer, and is answered as {@link Unanswered}.
    */
-  async #call(
-    method: string,
-    path: string,
-    body: unknown,
-    accept: number[],
-    name?: string,
-    stream?: StreamRead,
-    also?: (status: number, st: MiloStatus | undefined) => boolean,
-  ): Promise<Answer> {
-    const o = this.#o;
-    const url = o.baseUrl + path;
+  async #call(method: string, path: string, o: CallOptions): Promise<Answer> {
+    const opt = this.#o;
+    const url = opt.baseUrl + path;
     const what = `${method} ${path}`;
-    const headers = miloHeaders(o.token, body !== undefined);
+    const headers = miloHeaders(opt.token, o.body !== undefined);
     let last = "no attempt made";
     let answered = "";
     let attempts = 0;
     const gone = () => new CniError("transient", `${what}: stopped, the caller is gone`, last);
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-      if (o.signal?.aborted) throw gone();
-      if (o.deadline - this.#now() < MIN_SEND_MS) break;
+      if (opt.signal?.aborted) throw gone();
+      if (opt.deadline - this.#now() < MIN_SEND_MS) break;
       let slot: Slot | undefined;
-      if (o.limiter) {
-        const got = await o.limiter.acquire(o.deadline - MIN_SEND_MS, o.signal, o.purpose);
+      if (opt.limiter) {
+        const got = await opt.limiter.acquire(opt.deadline - MIN_SEND_MS, opt.signal, opt.purpose);
         if (got === "aborted") throw gone();
         if (got === "deadline") {
           last = `${
@@ -313,7 +333,7 @@ export class MiloClient {
         }
         slot = got;
       }
-      const remaining = o.deadline - this.#now();
+      const remaining = opt.deadline - this.#now();
       if (remaining < MIN_SEND_MS) {
         slot?.done({ status: "error" });
         break;
@@ -323,36 +343,38 @@ export class MiloClient {
       attempts++;
       let status: number | "error" = "error";
       let hinted: number | undefined;
+      /** Set when this attempt may have been executed by Milo without an answer read. */
+      let unanswered: string | undefined;
       // Milo answers a LIST whole (a tenant's scan): it may take until the deadline to start,
       // and then must keep coming.
-      const watch = stream ? streamSignal(o.requestMs, remaining, remaining) : undefined;
-      const timeoutMs = Math.min(o.requestMs, remaining);
+      const watch = o.stream ? streamSignal(opt.requestMs, remaining, remaining) : undefined;
+      const timeoutMs = Math.min(opt.requestMs, remaining);
       const sentAt = this.#now();
       try {
         const res = await this.#fetch(url, {
           method,
           headers,
-          body: body === undefined ? undefined : JSON.stringify(body),
+          body: o.body === undefined ? undefined : JSON.stringify(o.body),
           redirect: "manual",
           signal: watch?.signal ?? AbortSignal.timeout(timeoutMs),
-          ...(o.client ? { client: o.client } : {}),
+          ...(opt.client ? { client: opt.client } : {}),
         });
         status = res.status;
         hinted = retryAfterMs(res.headers.get("retry-after"));
         const date = Date.parse(res.headers.get("date") ?? "");
-        if (stream && res.status === 200 && res.body) {
+        if (o.stream && res.status === 200 && res.body) {
           watch!.moved();
-          await stream(res.body, watch!.moved, date);
+          await o.stream(res.body, watch!.moved, date);
           return { status: 200, body: undefined, date };
         }
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
         const json = parseJson(text);
         const st = res.ok ? undefined : statusOf(json);
-        if (accept.includes(res.status) || also?.(res.status, st)) {
-          if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {
+        if (o.accept.includes(res.status) || o.also?.(res.status, st)) {
+          if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== o.name)) {
             throw new CniError(
               "protocol",
-              `${what}: HTTP 404 that is not Milo's NotFound for ${name}`,
+              `${what}: HTTP 404 that is not Milo's NotFound for ${o.name}`,
               `is milo.url the Milo API base? ${st?.message ?? clip(text, QUOTE_CHARS)}`,
             );
           }
@@ -360,6 +382,7 @@ export class MiloClient {
         }
         if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
         last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
+        if (res.status !== 429) unanswered = last;
         if (slot && (status === 429 || status === 503)) {
           wait = 0; // The limiter's pause and pacing of its flow stand for this request's own.
         } else if (hinted !== undefined) {
@@ -369,16 +392,18 @@ export class MiloClient {
       } catch (err) {
         const failure = miloFetchFailure(err, method, url, timeoutMs);
         last = answered ? `${answered}; then ${failure}` : failure;
+        if (!neverSent(err)) unanswered = failure;
       } finally {
         watch?.stop();
         // Over half its timeout, or none: Milo queued it (its priority and fairness) or is slow.
         const late = !watch && this.#now() - sentAt > timeoutMs / 2;
         slot?.done({ status, retryAfterMs: hinted, late });
-        if (status === "error" && method === "POST") this.#counter.unansweredCreates++;
-        o.onRequest?.({ method, status, attempt });
+        if (method === "POST" && unanswered !== undefined) this.#counter.unansweredCreates++;
+        opt.onRequest?.({ method, status, attempt });
       }
-      if (attempt === MAX_ATTEMPTS || this.#now() + wait >= o.deadline) break;
-      if (wait > 0) await pause(wait, this.#sleep, o.signal);
+      if (o.unsentOnly && unanswered !== undefined) throw new Unanswered(what, unanswered);
+      if (attempt === MAX_ATTEMPTS || this.#now() + wait >= opt.deadline) break;
+      if (wait > 0) await pause(wait, this.#sleep, opt.signal);
     }
     throw new CniError(
       "transient",

@@ -351,15 +351,13 @@ export function ageOnMilo(claim: IPClaim, serverTime: number): number {
 /**
  * The create that makes `claim` (an answer: the fields kept) again, as it
  * was: name, the `milo-ipam.io/` labels and annotations, class, family,
- * scope, reclaim policy. Under Retain Milo re-binds the retained address to
- * the same name; under Delete the address it held is pinned.
+ * scope, reclaim policy, and the address it held pinned (under Retain Milo's
+ * reclaim probe re-binds the retained allocation of the name before it looks
+ * at a pinned address: the same address either way).
  */
 export function remakeBody(namespace: string, claim: IPClaim): Record<string, unknown> {
   const { metadata: m, spec: s, status } = claim;
-  const pinned = s.address ??
-    (s.reclaimPolicy === "Retain"
-      ? undefined
-      : status.address ?? status.allocatedCIDR?.split("/")[0]);
+  const pinned = s.address ?? status.address ?? status.allocatedCIDR?.split("/")[0];
   return {
     apiVersion: "ipam.miloapis.com/v1alpha1",
     kind: "IPClaim",

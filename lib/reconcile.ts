@@ -24,10 +24,12 @@
  */
 import { nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
-import { CniError, redactedJson, toCniError } from "./errors.ts";
+import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
+import { Journal } from "./journal.ts";
+import { doubtOf } from "./lease.ts";
 import { hostId } from "./host.ts";
 import {
   type Brake,
@@ -41,9 +43,12 @@ import {
 } from "./liveness.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { MiloClient, Release } from "./milo.ts";
+import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import type { Duplicate } from "./restore.ts";
 import { finishJournal, type JournalReport } from "./reconcile_journal.ts";
 import { notOwn, type Recorded, recorded, stableBoot } from "./reconcile_records.ts";
+import { type Verified, verifyLive, type VerifyRun } from "./reconcile_verify.ts";
 
 /** What one reconcile run decided for each claim. */
 export interface ReconcileReport {
@@ -78,6 +83,14 @@ export interface ReconcileReport {
   }[];
   kept: { claim: string; reason: string }[];
   journal: JournalReport[];
+  /** Claims made again for the sandbox that holds their address (the journal, or verified). */
+  remade: { claim: string; via: "journal" | "verify"; outcome: "made" | "present" }[];
+  /** Addresses two sandboxes use: a live one here without its claim, and Milo's holder now. */
+  duplicates: Duplicate[];
+  /** Live claims read from Milo to verify them this run. */
+  verified: number;
+  /** Live attachments whose claim is missing and could not be made again this run. */
+  missing: Verified["missing"];
   errors: { claim: string; error: string }[];
 }
 
@@ -119,6 +132,10 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     released: [],
     kept: [],
     journal: [],
+    remade: [],
+    duplicates: [],
+    verified: 0,
+    missing: [],
     errors: [],
   };
   const journaled = await finishJournal(o, milo, now, report);
@@ -133,6 +150,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const previous = await readState(stateFileOf(node), now());
   const next: State = { absent: {}, baseline: previous.baseline };
   const candidates: Recorded[] = [];
+  const held: VerifyRun["claims"] = [];
   const dead: Recorded[] = [];
   let absent = 0;
   const boot = stableBoot(node);
@@ -148,6 +166,8 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
     if (isLive(live, h.containerId)) {
       keep("live: a result cache names its container");
+      const claim = h.claims.find((x) => x.name === name);
+      if (h.state === "held" && !c.earlierBoot && claim) held.push({ c: claim, h });
       continue;
     }
     if (c.earlierBoot) {
@@ -177,9 +197,60 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     await releaseOrphans(o, milo, caches, holdings, host, candidates, next, report, "orphan");
   }
   await releaseOrphans(o, milo, caches, holdings, host, dead, next, report, "boot");
+  next.verified = previous.verified ?? {};
+  next.findings = previous.findings;
+  if (!o.dryRun) await verify(o, milo, holdings, caches, live, held, next, report, now);
   await Deno.mkdir(node.stateDir, { recursive: true });
   await writeAtomic(stateFileOf(node), next);
   return report;
+}
+
+/**
+ * Verifies the live claims this run's share names (lib/reconcile_verify.ts),
+ * except those of an attachment the journal owes a release of (its runtime
+ * said it is gone, whatever a stale cache entry says); records what it found
+ * in the state, for `show`.
+ */
+async function verify(
+  o: ReconcileOptions,
+  milo: () => MiloClient,
+  holdings: Holdings,
+  caches: LiveReader,
+  live: LiveSet,
+  held: VerifyRun["claims"],
+  next: State,
+  report: ReconcileReport,
+  now: () => number,
+): Promise<void> {
+  const journal = new Journal(o.node.stateDir);
+  const owed = (x: VerifyRun["claims"][number]) => exists(journal.pathOf(x.h));
+  const v = await verifyLive({
+    node: o.node,
+    milo,
+    holdings,
+    caches,
+    claims: held.filter((x) => !owed(x)),
+    live,
+    verified: next.verified!,
+    now,
+  });
+  report.verified = v.checked;
+  report.remade.push(...v.remade.map((r) => ({ ...r, via: "verify" as const })));
+  report.duplicates.push(...v.duplicates);
+  report.missing = v.missing;
+  for (const e of v.errors) report.errors.push(e);
+  if (v.checked) {
+    next.findings = { at: now(), duplicates: report.duplicates, missing: v.missing };
+  }
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -244,6 +315,8 @@ async function releaseOrphans(
 ): Promise<void> {
   if (!candidates.length) return;
   const again = await caches.read();
+  const tally = new ReleaseTally();
+  const journal = new Journal(o.node.stateDir);
   for (const c of candidates) {
     const { h, name } = c;
     const keep = (reason: string) => {
@@ -270,7 +343,15 @@ async function releaseOrphans(
         keep("its container reappeared in a result cache on re-check");
         continue;
       }
-      const { r, why } = await releaseOwn(o, milo(), c, host);
+      const { r, why } = await releaseOwn(o, milo(), c, host, tally);
+      const doubt = doubtOf(now);
+      const clock = (o.now ?? Date.now)();
+      if (r === "absent" && doubt?.names.includes(name) && clock < doubt.since + o.graceMs) {
+        // Its create may land yet: the record keeps it, to be judged again.
+        const until = new Date(doubt.since + o.graceMs).toISOString();
+        report.kept.push({ claim: name, reason: `absent, its create in doubt until ${until}` });
+        continue;
+      }
       if (!o.dryRun) {
         holdings.forget(key, [name]);
         delete next.absent[name];
@@ -305,7 +386,14 @@ async function releaseOrphans(
     } finally {
       lock?.close();
     }
+    for (const remake of tally.owed.splice(0)) {
+      const a = { ...c.h, node: c.h.node ?? o.node.node, host };
+      await journal.recordRemake(a, remake).catch((err) =>
+        report.errors.push({ claim: name, error: `owed again, not journaled: ${errorText(err)}` })
+      );
+    }
   }
+  report.duplicates.push(...tally.duplicates);
 }
 
 /**
@@ -319,21 +407,26 @@ async function releaseOwn(
   milo: MiloClient,
   c: Recorded,
   host: string,
+  tally: ReleaseTally,
 ): Promise<{ r: Release; why?: string }> {
   let why: string | undefined;
   const ours = (claim: IPClaim) => {
     why = notOwn(claim, c, { host, node: o.node.node });
     return !why;
   };
-  if (!o.dryRun) return { r: await milo.releaseIf(c.name, ours), why };
+  if (!o.dryRun) return { r: await milo.releaseIf(c.name, ours, tally.of()), why };
   const current = await milo.getClaim(c.name);
   if (!current) return { r: "absent" };
   return { r: ours(current) && current.metadata.uid ? "released" : "changed", why };
 }
 
-/** Exit status of a run: 0 done, 1 errors or journal entries left, 2 a brake held. */
+/**
+ * Exit status of a run: 0 done, 1 errors, journal entries left, a duplicate
+ * or a live attachment left without its claim, 2 a brake held.
+ */
 export function exitOf(r: ReconcileReport): number {
-  if (r.errors.length || (!r.dryRun && r.journal.length)) return 1;
+  if (r.errors.length || r.duplicates.length || r.missing.length) return 1;
+  if (!r.dryRun && r.journal.length) return 1;
   return r.brake ? 2 : 0;
 }
 

@@ -10,9 +10,11 @@ import { notHeldHere, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { Journal, type JournalClaim, type JournalEntry } from "./journal.ts";
+import { Journal, type JournalClaim, type JournalEntry, type RemakeEntry } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
+import { ReleaseTally } from "./milo_release.ts";
+import { restoreClaim } from "./restore.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
 import type { ReconcileOptions, ReconcileReport } from "./reconcile.ts";
 
@@ -91,8 +93,50 @@ export async function finishJournal(
       lock.close();
     }
   }
+  for (const { path, entry, error } of await journal.remakes()) {
+    if (entry) await finishRemake(o, milo, report, { journal, host, path, entry });
+    else report.journal.push({ entry: path, claims: [], lastError: error ?? "unreadable" });
+  }
   if (!o.dryRun) await journal.countOwed();
   return names;
+}
+
+/**
+ * A claim the journal owes Milo again (a release's DELETE removed it in
+ * place of the claim judged): made again, its address pinned, and verified
+ * (lib/restore.ts); a duplicate is reported and the entry dropped (nothing
+ * more can be made of it here); a failure keeps it with its attempt count.
+ * Another host's entry is dropped, another node's kept, as release entries.
+ */
+async function finishRemake(
+  o: ReconcileOptions,
+  milo: () => MiloClient,
+  report: ReconcileReport,
+  x: { journal: Journal; host: string; path: string; entry: RemakeEntry },
+): Promise<void> {
+  const { entry } = x;
+  if (o.dryRun) {
+    report.journal.push({
+      entry: x.path,
+      claims: [entry.name],
+      lastError: "dry run: not attempted",
+    });
+    return;
+  }
+  await x.journal.whileLockedRemake(x.path, async (e) => {
+    if (e.host !== undefined && e.host !== x.host) return await x.journal.update(x.path, null);
+    if (!sameNode(e.node, o.node.node)) return;
+    try {
+      const r = await restoreClaim(milo(), e.body);
+      if (r.outcome === "duplicate") report.duplicates.push(r.duplicate);
+      else report.remade.push({ claim: e.name, via: "journal", outcome: r.outcome });
+      await x.journal.update(x.path, null);
+    } catch (err) {
+      const lastError = toCniError(err).message;
+      await x.journal.update(x.path, { ...e, attempts: e.attempts + 1, lastError });
+      report.journal.push({ entry: x.path, claims: [e.name], attempts: e.attempts + 1, lastError });
+    }
+  });
 }
 
 /** One entry of this host, its locks held. */
@@ -107,14 +151,15 @@ async function finishEntry(
   const left: JournalClaim[] = [];
   const waiting: JournalClaim[] = [];
   const done: string[] = [];
+  const tally = new ReleaseTally();
   let lastError = entry.lastError;
   for (const c of entry.claims) {
     try {
       const here = { ...entry, host: x.host, node: o.node.node };
-      const r = await releaseJournaled(milo(), c, here, o.graceMs, now);
+      const r = await releaseJournaled(milo(), c, here, o.graceMs, now, tally);
       if (r.outcome === "awaited") {
         waiting.push(c);
-        const until = new Date(entry.created + o.graceMs).toISOString();
+        const until = new Date(doubtUntil(entry, o.graceMs)).toISOString();
         report.kept.push({ claim: c.name, reason: `journal entry in doubt until ${until}` });
         continue;
       }
@@ -144,6 +189,9 @@ async function finishEntry(
     : waiting.length
     ? { ...entry, claims: waiting }
     : null;
+  const here = { ...entry, host: x.host, node: o.node.node };
+  for (const remake of tally.owed) await x.journal.recordRemake(here, remake, now());
+  report.duplicates.push(...tally.duplicates);
   await x.journal.update(x.path, rest);
   holdings.forget(entry, done);
   if (left.length) report.journal.push({ ...summary(x.path, rest!), lastError });
@@ -157,6 +205,15 @@ function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"
     claims: e.claims.map((c) => c.name),
     attempts: e.attempts,
   };
+}
+
+/**
+ * The end of an in-doubt entry's window (ms, the node's clock): `graceMs`
+ * after its doubt began (the ADD's end), or after the entry was written when
+ * it names no beginning (an entry of an older release).
+ */
+export function doubtUntil(entry: JournalEntry, graceMs: number): number {
+  return (entry.doubtSince ?? entry.created) + graceMs;
 }
 
 /** What became of one journaled claim, and why when it was not released. */
@@ -183,6 +240,7 @@ async function releaseJournaled(
   entry: JournalEntry,
   graceMs: number,
   now: () => number,
+  tally: ReleaseTally,
 ): Promise<Judged> {
   const why: string[] = [];
   let newer: IPClaim | undefined;
@@ -195,7 +253,7 @@ async function releaseJournaled(
     // The object the failed call judged this machine's claim of the attachment.
     if (c.uid && claim.metadata.uid === c.uid) return true;
     const claimAge = ageOnMilo(claim, serverTime);
-    const entryAge = now() - entry.created - (entry.inDoubt ? graceMs : 0);
+    const entryAge = now() - (entry.inDoubt ? doubtUntil(entry, graceMs) : entry.created);
     if (claimAge - 1_000 >= entryAge) return true;
     newer = claim;
     why.push(
@@ -204,9 +262,9 @@ async function releaseJournaled(
         : "newer than the entry: kept in the node's record",
     );
     return false;
-  }, (w) => why.push(w));
+  }, tally.of((w) => why.push(w)));
   if (r === "absent") {
-    const waiting = entry.inDoubt && now() < entry.created + graceMs;
+    const waiting = entry.inDoubt && now() < doubtUntil(entry, graceMs);
     return waiting ? { outcome: "awaited" } : { outcome: "absent", why: "absent" };
   }
   if (r === "released") return { outcome: "released" };

@@ -10,7 +10,8 @@
  */
 import type { NodeConfig } from "./config.ts";
 import { holderOf, sameNode } from "./holder.ts";
-import type { Holding, Holdings } from "./holdings.ts";
+import type { Holdings } from "./holdings.ts";
+import type { Holding } from "./lease.ts";
 import { bootId } from "./host.ts";
 import type { IPClaim } from "./milo_objects.ts";
 

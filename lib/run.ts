@@ -83,7 +83,9 @@ async function writeLog(reply: Reply, fallback?: Fallback): Promise<void> {
   const logger = new Logger(reply.node.log.file, reply.node.log.level);
   if (reply.node.warning) await logger.write("warn", { msg: reply.node.warning });
   const via = fallback ? { via: "direct", fallback: fallback.reason } : { via: "direct" };
-  await logger.write(reply.exitCode === 0 ? "info" : "error", { ...reply.record, ...via });
+  // Two sandboxes on one address are an error in the log even when the call succeeded.
+  const bad = reply.exitCode !== 0 || reply.record.duplicates !== undefined;
+  await logger.write(bad ? "error" : "info", { ...reply.record, ...via });
 }
 
 /** Counts a fallback for the agent's metrics: one byte appended to the counter file. */

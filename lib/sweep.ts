@@ -358,13 +358,22 @@ async function recheck(o: SweepOptions, row: SweepRow, c: Candidate): Promise<vo
     }
     const milo = o.milo.withDeadline(Date.now() + o.operationMs);
     const notes: string[] = [];
+    const duplicates: string[] = [];
     let r: Release;
-    if (o.apply) r = await milo.releaseClaim(c.name, c.uid!, (w) => notes.push(w));
-    else {
+    if (o.apply) {
+      r = await milo.releaseClaim(c.name, c.uid!, {
+        note: (w) => notes.push(w),
+        duplicate: (d) => duplicates.push(`${d.address}: ${d.holder} runs on it; ${d.now}`),
+      });
+    } else {
       const current = await milo.getClaim(c.name);
       r = !current ? "absent" : current.metadata.uid === c.uid ? "released" : "changed";
     }
-    if (r === "absent") row.why = "claim gone from Milo on re-check";
+    if (duplicates.length) {
+      // Two sandboxes on one address: never reported as a success.
+      row.action = "failed";
+      row.why = `DUPLICATE address: ${duplicates.join("; ")}`;
+    } else if (r === "absent") row.why = "claim gone from Milo on re-check";
     else if (r === "changed") {
       row.why = ["claim uid changed on re-check", ...notes].join(": ");
     } else {

@@ -44,6 +44,15 @@ export function refused(): never {
   );
 }
 
+/**
+ * A fetch failure after the request went out, as Deno reports the request's
+ * timeout: Milo may have run it (a create landed, a DELETE removed), its
+ * answer lost.
+ */
+export function lost(): never {
+  throw new DOMException("Signal timed out.", "TimeoutError");
+}
+
 const CLAIMS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipclaims(?:/([^/]+))?$`);
 const ALLOCATIONS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipallocations$`);
 
@@ -159,6 +168,16 @@ export class StubMilo {
   put(claim: WireClaim): WireClaim {
     this.#claims.set(`${claim.metadata.namespace}/${claim.metadata.name}`, claim);
     return claim;
+  }
+
+  /**
+   * Deletes a claim as Milo's DELETE does (by name; under Retain its address
+   * is kept for the name), behind the plugin's back; answers the claim deleted.
+   */
+  deleteClaim(name: string, namespace = "default"): WireClaim | undefined {
+    const c = this.get(name, namespace);
+    this.#delete(namespace, name, undefined);
+    return c;
   }
 
   /** Removes a claim behind the plugin's back. */
@@ -312,7 +331,9 @@ export class StubMilo {
           "retained allocation",
       });
     }
-    const pinned = spec.address ? this.#pin(spec.address) : undefined;
+    // Milo's reclaim probe runs before anything else (`ipclaim/storage.go`): a retained
+    // allocation of the name is re-bound, and a pinned `spec.address` is not looked at then.
+    const pinned = spec.address && !kept ? this.#pin(spec.address) : undefined;
     if (pinned instanceof Response) return pinned;
     this.#kept.delete(`${ns}/${meta.name}`);
     const lease = kept

@@ -129,7 +129,8 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
     );
     assert.match(e.details, /after 8 attempt\(s\); journaled for release by milo-ipam reconcile/);
     assert.equal(stub.seen("DELETE", NAME_V6).length, 8);
-    assert.equal(stub.seen("GET", NAME_V6).length, 1, "its GET gave the journal's uid");
+    // Milo may have run a DELETE answered 500: each next one only once a GET finds the same claim.
+    assert.equal(stub.seen("GET", NAME_V6).length, 8, "its GETs gave the journal's uid");
     assert.equal(stub.get(NAME_V4), undefined, "the other family was released");
     const list = await i.journal.list();
     assert.equal(list.length, 1);

@@ -15,7 +15,7 @@ import {
   withTempDir,
 } from "../testing/stub_invocation.ts";
 import { statusReply } from "../testing/milo_fixtures.ts";
-import { refused, StubMilo } from "../testing/stub_milo.ts";
+import { lost, StubMilo } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 const attachment = (containerId: string) => ({
@@ -171,7 +171,7 @@ Deno.test("journal: one namespace filling its share never refuses another namesp
     });
     // Creates never answered in time (the network's timeouts shorter than Milo's answers):
     // each ADD is left in doubt, and the DEL after it owes an in-doubt entry.
-    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
     for (const id of ["e1", "e2", "e3"]) {
       await rejectsWith(add(evil("ADD", id)), 11);
       await del(evil("DEL", id));
@@ -349,7 +349,7 @@ Deno.test("journal: an ADD is in doubt while it leases; success or every create 
     assert.equal(inDoubt(dir, "refused-by-milo"), false, "Milo answered every create");
 
     w.stub.clearFaults();
-    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
     await rejectsWith(add(w.inv("ADD", { containerId: "unanswered" })), 11);
     assert.equal(inDoubt(dir, "unanswered"), true, "a create without an answer leaves it");
   });
@@ -359,12 +359,18 @@ Deno.test("journal: a DEL after an ADD in doubt records an in-doubt entry that l
   await withTempDir(async (dir) => {
     const w = world(dir);
     const now = Date.parse("2026-12-01T12:00:00Z");
-    w.stub.inject({ method: "POST", times: FOREVER, answer: () => refused() });
+    w.stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
     await rejectsWith(add(w.inv("ADD")), 11);
     w.stub.clearFaults();
+    // The doubt began when that ADD ended: its window counts from there.
+    const doubtSince = new Holdings(dir).read(attachment(CONTAINER_ID))!.until!;
     await del(w.inv("DEL", { now: () => now }));
     assert.equal(inDoubt(dir, CONTAINER_ID), false, "the DEL settled the marker");
-    const expected: JournalEntry = { ...entryOfBoth(now, IN_DOUBT, hostOf(dir)), inDoubt: true };
+    const expected: JournalEntry = {
+      ...entryOfBoth(now, IN_DOUBT, hostOf(dir)),
+      inDoubt: true,
+      doubtSince,
+    };
     assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected]);
     await del(w.inv("DEL", { now: () => now + 1_000 }));
     assert.deepEqual((await w.journal.list()).map((e) => e.entry), [expected], "a repeated DEL");

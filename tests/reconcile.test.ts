@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { claimName } from "../lib/claims.ts";
 import type { NodeConfig } from "../lib/config.ts";
 import { Holdings } from "../lib/holdings.ts";
-import { Journal } from "../lib/journal.ts";
+import { IN_DOUBT, Journal } from "../lib/journal.ts";
 import { containerIdOf, ENTRY_HEAD_BYTES, stateFileOf } from "../lib/liveness.ts";
 import { exitOf, reconcile, type ReconcileReport } from "../lib/reconcile.ts";
 import {
@@ -394,7 +394,15 @@ Deno.test("reconcile: an in-doubt entry releases claims landing within the grace
     const t0 = w.clock.t;
     const at = (containerId: string) => ({ ...w.addOf(containerId).attachment });
     const doubt = (id: string) =>
-      journal.recordDoubt(at(id), [claimName(at(id), "ipv4"), claimName(at(id), "ipv6")], t0);
+      journal.owe(
+        at(id),
+        {
+          claims: [],
+          doubt: { since: t0, names: [claimName(at(id), "ipv4"), claimName(at(id), "ipv6")] },
+        },
+        IN_DOUBT,
+        { now: t0, replace: true },
+      );
     /** The claims of `id` as Milo would make them, created `afterMs` after the entry. */
     const land = (id: string, afterMs: number) =>
       w.lease(id).map((c) =>

@@ -1,0 +1,192 @@
+/**
+ * The node's check that every live attachment it holds still has its claim
+ * in Milo, with its address: Milo deletes every claim of a namespace when the
+ * namespace is deleted ("namespace deletion is the collector"), and a claim
+ * deleted by hand or by a tool, or removed in place of another by a DELETE
+ * (Milo ignores its uid precondition), leaves a live pod on an address Milo
+ * will hand out again.
+ *
+ * Each run reads a share of the live claims (a record `held`, of this
+ * machine, whose container a result cache names): those not verified for
+ * `reconcile.verifyIntervalS`, spread over the runs of that interval, and at
+ * least one (the least recently verified), so that a namespace's claims all
+ * gone is seen within one run; a claim found missing widens the run to every
+ * live claim. A missing claim is made again, under the attachment's lock
+ * while its record and its cache entry are still as read, as the ADD posted
+ * it with its address pinned (the node's own privilege: no network config
+ * asks for it) and verified (lib/restore.ts); a claim of the name another
+ * holder has, or an address another claim holds, is a duplicate: reported
+ * (log, metric, `show`), never repaired by taking it. Costs Milo one GET per
+ * claim verified, never a LIST.
+ */
+import type { NodeConfig } from "./config.ts";
+import { errorText, toCniError } from "./errors.ts";
+import { describeHolder, notHeldHere } from "./holder.ts";
+import type { Holdings } from "./holdings.ts";
+import type { HeldClaim, Holding } from "./lease.ts";
+import { isLive, type LiveReader, type LiveSet } from "./liveness.ts";
+import { lockAttachment } from "./lockfile.ts";
+import type { MiloClient } from "./milo.ts";
+import type { IPClaim } from "./milo_objects.ts";
+import { type Duplicate, leased, restoreClaim } from "./restore.ts";
+import { ipValue, parseCidr, parseIp } from "./ip.ts";
+
+/** What one verification run found, for the reconcile report. */
+export interface Verified {
+  /** Claims read from Milo this run. */
+  checked: number;
+  remade: { claim: string; outcome: "made" | "present" }[];
+  duplicates: Duplicate[];
+  /** Live attachments whose claim could not be made again now (the next run tries again). */
+  missing: { claim: string; address?: string; why: string }[];
+  errors: { claim: string; error: string }[];
+}
+
+/** One live claim of the node's record. */
+interface LiveClaim {
+  c: HeldClaim;
+  h: Holding;
+}
+
+/** What verification needs of the reconcile run. */
+export interface VerifyRun {
+  node: NodeConfig;
+  milo: () => MiloClient;
+  holdings: Holdings;
+  caches: LiveReader;
+  /** The claims of this machine's `held` records that no journal entry owes. */
+  claims: { c: HeldClaim; h: Holding }[];
+  live: LiveSet;
+  /** When each claim was last found as recorded (ms, the node's clock), by name. */
+  verified: Record<string, number>;
+  now: () => number;
+}
+
+/**
+ * Verifies this run's share of the live claims; answers what it found, and
+ * updates `run.verified` in place (a claim no longer live is dropped from it).
+ */
+export async function verifyLive(run: VerifyRun): Promise<Verified> {
+  const out: Verified = { checked: 0, remade: [], duplicates: [], missing: [], errors: [] };
+  const everyMs = run.node.reconcile.verifyIntervalS * 1000;
+  const live = run.claims.filter((x) => isLive(run.live, x.h.containerId));
+  for (const name of Object.keys(run.verified)) {
+    if (!live.some((x) => x.c.name === name)) delete run.verified[name];
+  }
+  if (!everyMs || !live.length) return out;
+  const last = (x: LiveClaim) => run.verified[x.c.name] ?? x.h.at;
+  const byAge = [...live].sort((x, y) => last(x) - last(y));
+  const runs = Math.max(1, everyMs / (run.node.agent.reconcileIntervalS * 1000));
+  const share = Math.ceil(live.length / runs);
+  const due = byAge.filter((x) => run.now() - last(x) >= everyMs);
+  const picked = new Set([byAge[0], ...due.slice(0, share)]);
+  let widened = false;
+  const queue = [...picked];
+  while (queue.length) {
+    const x = queue.shift()!;
+    const missed = await verifyOne(run, x, out);
+    if (missed && !widened) {
+      widened = true;
+      queue.push(...live.filter((y) => !picked.has(y)));
+    }
+  }
+  return out;
+}
+
+/** Verifies one live claim; answers true when Milo had no claim of its name. */
+async function verifyOne(run: VerifyRun, x: LiveClaim, out: Verified): Promise<boolean> {
+  const { c } = x;
+  try {
+    out.checked++;
+    const claim = await run.milo().getClaim(c.name);
+    if (claim) {
+      judgeFound(run, x, claim, out);
+      return false;
+    }
+    await repair(run, x, out);
+    return true;
+  } catch (err) {
+    out.errors.push({ claim: c.name, error: toCniError(err).message });
+    return false;
+  }
+}
+
+/** A live claim Milo has: as recorded (verified), or another holder's (a duplicate). */
+function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified): void {
+  const { c, h } = x;
+  const a = { ...h, node: h.node ?? run.node.node };
+  const other = notHeldHere(claim, a);
+  if (!other && sameAddress(claim, c.address)) {
+    run.verified[c.name] = run.now();
+    if (claim.metadata.uid && claim.metadata.uid !== c.uid) {
+      // Made again (a restore, the journal's remake): the same lease under a new uid.
+      run.holdings.adopt(a, { ...c, uid: claim.metadata.uid }, run.now(), true);
+    }
+    return;
+  }
+  out.duplicates.push({
+    claim: c.name,
+    address: c.address ?? "(not recorded)",
+    holder: holderOfRecord(h, c),
+    now: `claim ${c.name} now records ${describeHolder(claim)} on ${leased(claim)}`,
+  });
+}
+
+/**
+ * Makes a live attachment's missing claim again, under its lock, while its
+ * record names the same ADD and a cache still names its container.
+ */
+async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void> {
+  const { c, h } = x;
+  const key = { cluster: h.cluster, containerId: h.containerId, ifname: h.ifname };
+  if (!c.body) {
+    out.missing.push({
+      claim: c.name,
+      address: c.address,
+      why: "recorded without the create that makes it (an ADD of an older release): not made " +
+        "again; DEL and ADD the pod to lease it again",
+    });
+    return;
+  }
+  const lock = await lockAttachment(run.node.stateDir, key);
+  try {
+    const now = run.holdings.read(key);
+    if (now?.addId !== h.addId || now.state !== "held") return;
+    if (!isLive(await run.caches.read(), h.containerId)) return;
+    const claim = await run.milo().getClaim(c.name);
+    if (claim) return judgeFound(run, x, claim, out);
+    const r = await restoreClaim(run.milo(), c.body);
+    if (r.outcome === "duplicate") {
+      out.duplicates.push({ ...r.duplicate, holder: holderOfRecord(h, c) });
+      return;
+    }
+    out.remade.push({ claim: c.name, outcome: r.outcome });
+    run.verified[c.name] = run.now();
+    const made = await run.milo().getClaim(c.name);
+    if (made?.metadata.uid) {
+      const a = { ...h, node: h.node ?? run.node.node };
+      run.holdings.adopt(a, { ...c, uid: made.metadata.uid }, run.now(), true);
+    }
+  } catch (err) {
+    out.missing.push({ claim: c.name, address: c.address, why: errorText(err) });
+  } finally {
+    lock.close();
+  }
+}
+
+/** The holder a record names, in one line. */
+function holderOfRecord(h: Holding, c: HeldClaim): string {
+  const ann = (c.body?.metadata as { annotations?: Record<string, string> } | undefined)
+    ?.annotations ?? {};
+  const pod = ann["milo-ipam.io/pod"] ?? "?";
+  return `pod=${pod} container=${h.containerId} ifname=${h.ifname} node=${h.node ?? "?"} ` +
+    `host=${h.host ?? "?"} (live on this node)`;
+}
+
+/** True when `claim` leases the recorded `address` (a CIDR as the ADD answered it). */
+function sameAddress(claim: IPClaim, address: string | undefined): boolean {
+  if (!address) return true;
+  const want = parseCidr(address) ?? parseIp(address);
+  const got = parseIp(leased(claim));
+  return !!want && !!got && want.family === got.family && ipValue(want) === ipValue(got);
+}

@@ -1,0 +1,109 @@
+/**
+ * Making a claim again for the sandbox that still holds its address: after a
+ * DELETE removed it in place of another claim (Milo ignores a DELETE's uid
+ * precondition), after Milo lost it (its namespace deleted, a claim deleted
+ * by hand), or when the release journal owes it. The claim is posted as it
+ * was with its address pinned (`spec.address`: under Retain, Milo's reclaim
+ * probe re-binds the retained allocation of the name first, the same
+ * address), and whatever Milo answers is verified, for an answer that says
+ * "taken" proves nothing about who took it: the same holder on the same
+ * address, or two sandboxes on one address, reported as a {@link Duplicate}.
+ */
+import { KEYS, PREFIX } from "./claims.ts";
+import { CniError, toCniError } from "./errors.ts";
+import { describeHolder } from "./holder.ts";
+import { ipValue, parseCidr, parseIp } from "./ip.ts";
+import type { IPClaim } from "./milo_objects.ts";
+
+/** The Milo client's calls a restore makes. */
+export interface RestoreCalls {
+  createClaim(body: Record<string, unknown>): Promise<IPClaim | null>;
+  getClaim(name: string): Promise<IPClaim | null>;
+}
+
+/**
+ * One address that two sandboxes use: `holder` runs on it without its
+ * claim, and Milo records `now` there instead (another claim of the name, or
+ * the address taken under another name).
+ */
+export interface Duplicate {
+  claim: string;
+  address: string;
+  /** The sandbox that uses the address, as its claim recorded it. */
+  holder: string;
+  /** Who Milo records now. */
+  now: string;
+}
+
+/** What restoring a claim found: made again, already there as it was, or a duplicate. */
+export type Restored = { outcome: "made" | "present" } | {
+  outcome: "duplicate";
+  duplicate: Duplicate;
+};
+
+/**
+ * Posts `body` (a claim as it was, `spec.address` pinned) and verifies the
+ * answer. Throws when Milo could not be asked (the caller owes the restore).
+ */
+export async function restoreClaim(
+  milo: RestoreCalls,
+  body: Record<string, unknown>,
+): Promise<Restored> {
+  const meta = body.metadata as { name: string; annotations?: Record<string, string> };
+  const address = (body.spec as { address?: string }).address ?? "";
+  const holder = holderText(meta.annotations ?? {});
+  const duplicate = (now: string): Restored => ({
+    outcome: "duplicate",
+    duplicate: { claim: meta.name, address, holder, now },
+  });
+  let made: IPClaim | null = null;
+  let refused: CniError | undefined;
+  try {
+    made = await milo.createClaim(body);
+  } catch (err) {
+    refused = toCniError(err);
+    if (refused.outcome !== "conflict") throw refused;
+  }
+  const found = made ?? await milo.getClaim(meta.name);
+  if (!found) {
+    if (refused && /address already allocated/.test(refused.details)) {
+      return duplicate(`another claim holds ${address} (Milo: ${refused.details})`);
+    }
+    throw new CniError(
+      "transient",
+      `claim ${meta.name} could not be made again, and is not there`,
+      refused ? `${refused.message}: ${refused.details}` : "Milo refused the name, then had none",
+    );
+  }
+  const same = sameHolder(found, meta.annotations ?? {}) && sameAddress(found, address);
+  if (same) return { outcome: made ? "made" : "present" };
+  return duplicate(`claim ${meta.name} now records ${describeHolder(found)} on ${leased(found)}`);
+}
+
+/** True when `claim` records the holder `annotations` name (the ADD's id aside). */
+function sameHolder(claim: IPClaim, annotations: Record<string, string>): boolean {
+  const got = claim.metadata.annotations ?? {};
+  const keys = new Set([...Object.keys(annotations), ...Object.keys(got)]);
+  return [...keys].every((k) =>
+    !k.startsWith(PREFIX) || k === KEYS.addId || annotations[k] === got[k]
+  );
+}
+
+/** The address a claim leases: `status.address`, else its CIDR's first address. */
+export function leased(claim: IPClaim): string {
+  return claim.status.address ?? claim.status.allocatedCIDR?.split("/")[0] ?? "(none)";
+}
+
+/** True when `claim` leases `address` (compared as addresses, not as text). */
+function sameAddress(claim: IPClaim, address: string): boolean {
+  const want = parseIp(address);
+  const block = parseCidr(claim.status.allocatedCIDR ?? "");
+  const got = parseIp(claim.status.address ?? "") ?? block;
+  return !!want && !!got && want.family === got.family && ipValue(want) === ipValue(got);
+}
+
+function holderText(annotations: Record<string, string>): string {
+  const a = (k: keyof typeof KEYS) => annotations[KEYS[k]] ?? "?";
+  return `pod=${a("pod")} container=${a("containerId")} ifname=${a("ifname")} ` +
+    `node=${a("node")} host=${a("host")}`;
+}
