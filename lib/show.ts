@@ -16,12 +16,12 @@ import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { CniError, redactedJson, toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { parseIp } from "./ip.ts";
+import { ipValue, parseIp } from "./ip.ts";
 import { Journal } from "./journal.ts";
-import { isLive, readLive } from "./liveness.ts";
+import { isLive, readLive, readState, stateFileOf } from "./liveness.ts";
 import { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import type { ShowQuery, ShowReport, ShowRow } from "./show_report.ts";
+import type { Findings, ShowQuery, ShowReport, ShowRow } from "./show_report.ts";
 import { renderShow } from "./show_render.ts";
 import { grantsFor, holds, retainedRows } from "./show_retained.ts";
 import { SHOW_USAGE } from "./usage.ts";
@@ -222,6 +222,8 @@ export async function show(
     if (query.by === "pod" && !report.claims.length) {
       report.grants = grantsFor(node, query.namespace);
     }
+    const findings = await findingsFor(query, node);
+    if (findings) report.findings = findings;
   } catch (err) {
     const e = toCniError(err);
     report.error = { message: e.message, details: e.details };
@@ -230,6 +232,32 @@ export async function show(
     milo?.close();
   }
   return report;
+}
+
+/**
+ * What this node's last verification found wrong that `query` names: by
+ * address, those of the address; by pod, those of the pod; by node, all of
+ * this node's (none for another node).
+ */
+async function findingsFor(query: ShowQuery, node: NodeConfig): Promise<Findings | undefined> {
+  const f = (await readState(stateFileOf(node), Date.now()).catch(() => undefined))?.findings;
+  if (!f || query.by === "retained" || (query.by === "node" && query.node !== node.node)) {
+    return undefined;
+  }
+  const ip = query.by === "address" ? parseIp(query.address) : undefined;
+  const names = (text: string | undefined) => {
+    if (query.by === "address") return !!text && sameIp(text, ip!);
+    if (query.by === "pod") return !!text?.includes(`pod=${query.namespace}/${query.name} `);
+    return true;
+  };
+  const duplicates = f.duplicates.filter((d) => names(query.by === "pod" ? d.holder : d.address));
+  const missing = f.missing.filter((m) => query.by !== "pod" && names(m.address));
+  return duplicates.length || missing.length ? { at: f.at, duplicates, missing } : undefined;
+}
+
+function sameIp(text: string, ip: NonNullable<ReturnType<typeof parseIp>>): boolean {
+  const got = parseIp(text.split("/")[0]);
+  return !!got && got.family === ip.family && ipValue(got) === ipValue(ip);
 }
 
 /** Milo's 403 to the IPAllocation LIST, as what the token lacks. */

@@ -35,6 +35,24 @@ export function formatAge(s: number | undefined): string {
   return out.join("");
 }
 
+/** This node's findings first: two sandboxes on one address is never a footnote. */
+function renderFindings(r: ShowReport): string[] {
+  const f = r.findings;
+  if (!f) return [];
+  const at = new Date(f.at).toISOString();
+  return [
+    ...f.duplicates.map((d) =>
+      `DUPLICATE ADDRESS ${d.address} (this node's verification, ${at}): ${d.holder} runs on ` +
+      `it; ${d.now}`
+    ),
+    ...f.missing.map((m) =>
+      `LIVE WITHOUT ITS CLAIM ${m.address ?? "?"} (this node's verification, ${at}): claim ` +
+      `${m.claim}: ${m.why}`
+    ),
+    "",
+  ];
+}
+
 /** The report as text: one block per claim. */
 export function renderShow(r: ShowReport): string {
   const q = r.query;
@@ -55,6 +73,7 @@ export function renderShow(r: ShowReport): string {
     return redact(lines.join("\n")) + "\n";
   }
   const lines = [
+    ...renderFindings(r),
     `${count(r.claims.length, "claim")} for ${what} (namespace ${r.namespace}; one LIST${
       r.labelSelector ? ` selecting ${r.labelSelector}` : " of every claim"
     }: Milo reads every claim of the project for it)`,

@@ -3,7 +3,11 @@
  * writes its text): the query, the claims with what the holder's node knows
  * of each, and the retained allocations.
  */
+import type { State } from "./liveness.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
+
+/** A node's findings, as its reconcile state keeps them. */
+export type Findings = NonNullable<State["findings"]>;
 
 /** What a show asks for. */
 export type ShowQuery =
@@ -68,6 +72,12 @@ export interface ShowReport {
    * its namespace (empty: none; its pods' addresses are released with them).
    */
   grants?: Grant[];
+  /**
+   * What this node's last verification of its live claims found wrong that
+   * the query names (lib/reconcile_verify.ts): addresses two sandboxes use,
+   * live attachments without their claim. Absent off the node or when none.
+   */
+  findings?: Findings;
   requests: number;
   error: { message: string; details: string } | null;
 }

@@ -664,21 +664,27 @@ Deno.test("reconcile: a LIST keeping over 200,000 claims is 105 naming MAX_LIST_
   });
 });
 
-Deno.test("reconcile: an idle node sends Milo nothing; it lists only without a record", async () => {
+Deno.test("reconcile: an idle node never lists Milo but without a record; it reads its share of live claims by name", async () => {
   await withTempDir(async (dir) => {
     const w = await setup(dir);
     await w.cache("orphan");
     const first = await w.run();
     assert.equal(first.listed, true, "the node had no record yet: it listed once");
-    assert.equal(w.stub.seen("GET").length, 1);
+    assert.equal(w.stub.seen("GET").filter((r) => r.query.labelSelector !== undefined).length, 1);
     w.stub.requests.length = 0;
     for (let i = 0; i < 3; i++) {
       w.clock.t += GRACE_MS;
       const r = await w.run();
       assert.equal(r.listed, false);
       assert.deepEqual(r.released, []);
+      assert.deepEqual(r.remade, [], "every live claim is there");
     }
-    assert.deepEqual(w.stub.requests, [], "no request while every recorded claim is live");
+    const reads = w.stub.requests;
+    assert.ok(
+      reads.every((r) => r.method === "GET" && r.path.endsWith("-v4") || r.path.endsWith("-v6")),
+    );
+    // Four live claims verified every 30 minutes over runs 5 minutes apart: one a run.
+    assert.equal(reads.length, 3, "one claim read by name a run, no LIST");
     const listed = await reconcile({
       node: w.node,
       milo: w.stub.client(),

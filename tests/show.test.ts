@@ -245,3 +245,49 @@ Deno.test("show: --retained on its command line, alone", () => {
   assert.match(parseQuery(["10.40.0.6"], undefined, undefined, true) as string, /exactly one/);
   assert.match(parseQuery([], "db/db-0", undefined, true) as string, /--retained/);
 });
+
+Deno.test("show: this node's last verification found a duplicate: the address and the node say so first", async () => {
+  const stub = stubAt();
+  const finding = {
+    at: NOW,
+    duplicates: [{
+      claim: "pod-aaaa-v4",
+      address: "10.40.0.9",
+      holder: "pod=shop/web-0 container=c1 ifname=eth0 node=node-a1 host=h (live on this node)",
+      now: "another claim holds 10.40.0.9",
+    }],
+    missing: [],
+  };
+  const withFindings = async (query: ShowQuery) =>
+    await withTempDir(async (dir) => {
+      await Deno.mkdir(`${dir}/state`, { recursive: true });
+      await Deno.writeTextFile(
+        `${dir}/state/reconcile-state.json`,
+        JSON.stringify({ absent: {}, findings: finding }),
+      );
+      await Deno.writeTextFile(`${dir}/token`, "stub-token\n");
+      await Deno.writeTextFile(
+        `${dir}/node.json`,
+        JSON.stringify({
+          milo: { url: STUB_BASE, tokenFile: `${dir}/token` },
+          cluster: "cluster-a",
+          node: "node-a1",
+          log: { file: `${dir}/log/milo-ipam.log` },
+          resultsDirs: [`${dir}/results`],
+          stateDir: `${dir}/state`,
+          hostIdFile: `${dir}/machine-id`,
+        }),
+      );
+      await Deno.writeTextFile(`${dir}/machine-id`, "a".repeat(32) + "\n");
+      return await show(query, `${dir}/node.json`, () => Promise.resolve(stub.client()));
+    });
+  const byAddress = await withFindings({ by: "address", address: "10.40.0.9" });
+  assert.deepEqual(byAddress.findings?.duplicates, finding.duplicates);
+  assert.match(renderShow(byAddress), /^DUPLICATE ADDRESS 10\.40\.0\.9 \(this node's verification/);
+  const other = await withFindings({ by: "address", address: "10.40.0.10" });
+  assert.equal(other.findings, undefined, "another address: not named");
+  const byPod = await withFindings({ by: "pod", namespace: "shop", name: "web-0" });
+  assert.equal(byPod.findings?.duplicates.length, 1);
+  const byNode = await withFindings({ by: "node", node: "node-a1" });
+  assert.equal(byNode.findings?.duplicates.length, 1);
+});
