@@ -23,7 +23,7 @@ import { Holdings } from "../lib/holdings.ts";
 import { tokenOf } from "../lib/http.ts";
 import { Journal } from "../lib/journal.ts";
 import { rotatedLog } from "../lib/log.ts";
-import { ownSocketDir } from "../lib/owned.ts";
+import { ownSecretDir, ownSocketDir } from "../lib/owned.ts";
 import { DEFAULT_NODE_CONFIG } from "../lib/paths.ts";
 import { RELEASE, requireStateFormat } from "../lib/version.ts";
 import { writeAtomic } from "./atomic.ts";
@@ -170,14 +170,28 @@ async function caOf(
   return { text: checkCa(ca, from), from };
 }
 
-/** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
-function privateDirAt(dir: string): void {
+/** Runs a check of lib/owned.ts: its refusal (code 7) becomes the install's. */
+function owned(check: () => void): void {
   try {
-    ownSocketDir(dir);
+    check();
   } catch (err) {
-    const e = err as { message?: string };
-    throw new Refused(e.message ?? String(err));
+    const e = err as { message?: string; details?: string };
+    throw new Refused(`${e.message ?? String(err)}${e.details ? ` (${e.details})` : ""}`);
   }
+}
+
+/** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
+const privateDirAt = (dir: string) => owned(() => ownSocketDir(dir));
+
+/**
+ * The Milo token written where the node config names it: into a directory of
+ * root's alone (0700 when the kubelet made it 0755, else refused: see
+ * {@link ownSecretDir}), through a file that is 0600 from before its first
+ * byte ({@link writeAtomic}), so no other user of the node ever reads it.
+ */
+export async function installToken(tokenFile: string, token: string): Promise<void> {
+  owned(() => ownSecretDir(tokenFile));
+  await writeAtomic(tokenFile, token, 0o600);
 }
 
 /**
@@ -197,11 +211,12 @@ export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
     );
   }
   const ca = await caOf(o, node);
-  for (const d of [dirname(node.milo.tokenFile), dirname(node.agent.socket)]) privateDirAt(d);
-  for (const d of [dirname(node.log.file), node.stateDir]) privateDirAt(d);
+  for (const d of [dirname(node.agent.socket), dirname(node.log.file), node.stateDir]) {
+    privateDirAt(d);
+  }
   requireStateFormat(node.stateDir);
+  await installToken(node.milo.tokenFile, token);
   await Deno.mkdir(dirname(o.nodeConfig), { recursive: true, mode: 0o755 });
-  await writeAtomic(node.milo.tokenFile, token, 0o600);
   if (ca && node.milo.caFile) await writeAtomic(node.milo.caFile, ca.text, 0o644);
   await writeAtomic(o.nodeConfig, JSON.stringify(values, null, 2) + "\n", 0o644);
   const r = await install({

@@ -103,7 +103,7 @@ export async function installPlugin(o: {
   }
   const resultsDir = `${dir}/results`;
   const stateDir = `${dir}/state`;
-  await Deno.writeTextFile(tokenFile, o.token + "\n");
+  await Deno.writeTextFile(tokenFile, o.token + "\n", { mode: 0o600 });
   await Deno.mkdir(resultsDir);
   await Deno.mkdir(stateDir);
   const node: Record<string, unknown> = {
