@@ -17,7 +17,12 @@
 import { X509Certificate } from "node:crypto";
 import { dirname, join, resolve } from "node:path";
 import { parseCommandLine, usageError } from "../lib/cli.ts";
-import { DNS1123_SUBDOMAIN, type NodeConfig, validateNodeConfig } from "../lib/config.ts";
+import {
+  DNS1123_SUBDOMAIN,
+  type NodeConfig,
+  requireScrapeToken,
+  validateNodeConfig,
+} from "../lib/config.ts";
 import { errorText } from "../lib/errors.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { tokenOf } from "../lib/http.ts";
@@ -170,8 +175,8 @@ async function caOf(
   return { text: checkCa(ca, from), from };
 }
 
-/** Runs a check of lib/owned.ts: its refusal (code 7) becomes the install's. */
-function owned(check: () => void): void {
+/** Runs a check of lib/: its refusal (code 7) becomes the install's. */
+function refusing(check: () => void): void {
   try {
     check();
   } catch (err) {
@@ -181,7 +186,7 @@ function owned(check: () => void): void {
 }
 
 /** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
-const privateDirAt = (dir: string) => owned(() => ownSocketDir(dir));
+const privateDirAt = (dir: string) => refusing(() => ownSocketDir(dir));
 
 /**
  * The Milo token written where the node config names it: into a directory of
@@ -190,7 +195,7 @@ const privateDirAt = (dir: string) => owned(() => ownSocketDir(dir));
  * byte ({@link writeAtomic}), so no other user of the node ever reads it.
  */
 export async function installToken(tokenFile: string, token: string): Promise<void> {
-  owned(() => ownSecretDir(tokenFile));
+  refusing(() => ownSecretDir(tokenFile));
   await writeAtomic(tokenFile, token, 0o600);
 }
 
@@ -201,6 +206,7 @@ export async function installToken(tokenFile: string, token: string): Promise<vo
 export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
   const values = await nodeConfigOf(o);
   const node = validate(values, o.nodeConfig);
+  refusing(() => requireScrapeToken(node.agent));
   const token = await key(o.secret, "token");
   if (token === undefined || !token.trim()) {
     throw new Refused(`${join(o.secret, "token")} is missing or empty (the Secret's key token)`);

@@ -77,6 +77,8 @@ export async function installPlugin(o: {
   agent?: boolean;
   /** The agent's metrics listener (`127.0.0.1:PORT`). */
   agentMetrics?: string;
+  /** The file holding the scraper's token (`agent.metricsTokenFile`). */
+  agentMetricsTokenFile?: string;
   /** How to install (see scripts/install.ts): `auto` unless a test needs one form. */
   mode?: InstallOptions["mode"];
   /**
@@ -120,6 +122,7 @@ export async function installPlugin(o: {
         agent: {
           socket: `${dir}/run/agent.sock`,
           ...(o.agentMetrics ? { metrics: o.agentMetrics } : {}),
+          ...(o.agentMetricsTokenFile ? { metricsTokenFile: o.agentMetricsTokenFile } : {}),
         },
       }
       : {}),

@@ -165,6 +165,14 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
         /field stateDirectory: unknown key; the nearest known key is stateDir/,
       );
 
+      // Metrics on the node's addresses without the scraper's token: any pod would read them.
+      const agent = { ...n.v.agent, metrics: "0.0.0.0:9464", metricsTokenFile: undefined };
+      await n.setConfigMap({ ...n.v, agent }, milosCa);
+      r = await n.run("install");
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /0\.0\.0\.0:9464 listens on every address .* agent\.metricsTokenFile/);
+      assert.match(r.stderr, /\(set agent\.metricsTokenFile to a file holding the token/);
+
       // A node name in the ConfigMap, a bad NODE_NAME, no token: refused.
       await n.setConfigMap({ ...n.v, node: "node-1" }, milosCa);
       assert.match((await n.run("install")).stderr, /names a node: leave node out/);
