@@ -360,7 +360,7 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   assert.deepEqual(un.containers[0].volumeMounts ?? [], [], "the pod holder mounts nothing");
 });
 
-Deno.test("deploy: probes and the scrape port are where the node config puts the metrics; alerts use exported metrics", () => {
+Deno.test("deploy: probes and the scrape port are where the node config puts the metrics; the scrape bears the token the agent checks; alerts use exported metrics", () => {
   const docs = rendered();
   const ds = find(docs, "DaemonSet", "milo-ipam-agent");
   const [agent] = ds.spec.template.spec.containers;
