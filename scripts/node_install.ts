@@ -185,7 +185,11 @@ function refusing(check: () => void): void {
   }
 }
 
-/** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
+/**
+ * A directory nobody else may write: made 0700 when missing, narrowed to 0700
+ * when this user's and writable by others, refused when another user's or not
+ * a directory ({@link ownSocketDir}).
+ */
 const privateDirAt = (dir: string) => refusing(() => ownSocketDir(dir));
 
 /**
