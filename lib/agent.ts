@@ -7,7 +7,7 @@
  * the port `agent.metrics` names, and writes what it logs to stdout as well.
  */
 import { AgentSocket, type SocketCall } from "./agent_socket.ts";
-import type { NodeConfig } from "./config.ts";
+import { type NodeConfig, requireScrapeToken } from "./config.ts";
 import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
 import { errorText, toCniError } from "./errors.ts";
@@ -15,7 +15,7 @@ import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invok
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics.ts";
 import { type MetricsServer, serveMetrics } from "./metrics_server.ts";
-import { createHttpClient, readTlsMaterial, readToken } from "./http.ts";
+import { createHttpClient, readTlsMaterial, readToken, tokenOf } from "./http.ts";
 import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
 import { type CallLimiter, MiloLimiter, type Purpose, RECONCILE_ROUTE } from "./limiter.ts";
@@ -78,6 +78,8 @@ export class Agent {
   #reconciling: Promise<void> | undefined;
   /** Reconcile warnings logged already: each once per agent. */
   readonly #warned = new Set<string>();
+  /** Why the scrape token was last unreadable (logged once), or undefined while it reads. */
+  #scrapeTokenWhy: string | undefined;
   #node: NodeConfig;
   /** The readiness probe (lib/readiness.ts), fed by every answer of Milo. */
   readonly #ready = new Readiness(() => this.#checkMilo());
@@ -102,12 +104,13 @@ export class Agent {
 
   /** Binds the socket (0600 in a 0700 directory), the metrics port and the reconcile timer. */
   async start(): Promise<void> {
+    requireScrapeToken(this.#node.agent);
     requirePrivateDirs(this.#node);
     requireStateFormat(this.#node.stateDir);
     const path = this.#node.agent.socket;
     await this.#socket.listen(path);
     this.#bound = path;
-    const m = this.#node.agent.metrics;
+    const { metrics: m, metricsTokenFile: tokenFile } = this.#node.agent;
     if (m) {
       const at = m.lastIndexOf(":");
       this.#metricsServer = serveMetrics(
@@ -118,6 +121,7 @@ export class Agent {
           ready: () => this.#ready.probe(),
           live: () => Promise.resolve(socketLiveness(this.socket)),
         },
+        tokenFile ? () => this.#scrapeToken(tokenFile) : undefined,
       );
     }
     const every = this.#node.agent.reconcileIntervalS * 1000;
@@ -127,6 +131,32 @@ export class Agent {
     const listing = new Holdings(this.#node.stateDir).listedAt() === undefined;
     if (listing) this.#first = setTimeout(() => this.reconcileNow(), Math.random() * every);
     else this.reconcileNow();
+  }
+
+  /**
+   * The bearer token a scrape must send, read at each scrape (a rotated
+   * Secret counts at once), or null when the file holds none: every scrape is
+   * then refused, and the agent says why once until it holds one again.
+   */
+  async #scrapeToken(file: string): Promise<string | null> {
+    let why: string;
+    try {
+      const token = tokenOf(await Deno.readTextFile(file));
+      if (token) {
+        this.#scrapeTokenWhy = undefined;
+        return token;
+      }
+      why = "it does not hold one token (one line of visible ASCII)";
+    } catch (err) {
+      why = errorText(err);
+    }
+    if (why !== this.#scrapeTokenWhy) {
+      this.#scrapeTokenWhy = why;
+      await this.#logger.write("warn", {
+        msg: `agent.metricsTokenFile ${file}: ${why}; every scrape of /metrics is refused (401)`,
+      });
+    }
+    return null;
   }
 
   /**

@@ -79,6 +79,24 @@ function isMetricsListen(text: string): boolean {
   return isLoopbackHost(m[1]) || m[1] === "0.0.0.0" || m[1] === "[::]";
 }
 
+/**
+ * Refuses (code 7) metrics on the node's addresses without a scrape token:
+ * under `hostNetwork` every pod reaches them. Checked by the installs and at
+ * the agent's start, never per call, so a metrics setting never fails a pod's
+ * network.
+ */
+export function requireScrapeToken(agent: { metrics?: string; metricsTokenFile?: string }): void {
+  const m = agent.metrics;
+  if (!m || agent.metricsTokenFile || isLoopbackHost(m.slice(0, m.lastIndexOf(":")))) return;
+  throw new CniError(
+    "config",
+    `field agent.metrics: ${m} listens on every address of the node without ` +
+      "agent.metricsTokenFile: any pod reaching the node would read the agent's metrics",
+    "set agent.metricsTokenFile to a file holding the token the scraper sends " +
+      "(deploy/base: the Secret milo-ipam-metrics), or listen on a loopback address",
+  );
+}
+
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
@@ -124,6 +142,7 @@ const nodeShape = {
           z.refine(isMetricsListen, "must be a loopback HOST:PORT, 0.0.0.0:PORT or [::]:PORT"),
         ),
       ),
+      metricsTokenFile: z.optional(path),
       reconcileIntervalS: withDefault(int(10, 86_400), 300),
     }),
     { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },

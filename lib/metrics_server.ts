@@ -9,7 +9,16 @@
  * probe) sends its head as it connects, so held connections (idle, or
  * trickling a head) are the ones closed, never a request being answered;
  * scrapes arriving together share one rendering.
+ *
+ * With a scrape token (`agent.metricsTokenFile`), `/metrics` answers only a
+ * request carrying it as `Authorization: Bearer` (Prometheus's
+ * `authorization`, the PodMonitor's in deploy/monitoring), else 401: on the
+ * node's addresses under `hostNetwork`, every pod reaches the port. The probes
+ * stay open, as the kubelet sends no credentials; they say ready or not, and
+ * why not. Tokens are compared by their SHA-256, so the time a comparison
+ * takes tells nothing of the token.
  */
+import { sha256Hex } from "./sha256.ts";
 import { after, within } from "./timers.ts";
 
 /** Connections served at once (file descriptors of the agent). */
@@ -42,14 +51,23 @@ export interface Probes {
 }
 
 /**
- * Serves `render()` at `GET /metrics` on `hostname:port`, and the probes at
- * `GET /readyz` and `GET /livez` (200 `ok`, or 503 and the reason).
+ * The bearer token a scrape of `/metrics` must send, asked for at each scrape
+ * (so a rotated token counts at once); null when none can be read, and then
+ * every scrape is refused.
+ */
+export type ScrapeToken = () => Promise<string | null>;
+
+/**
+ * Serves `render()` at `GET /metrics` on `hostname:port`, only to a request
+ * bearing `scrapeToken()` when one is given, and the probes at `GET /readyz`
+ * and `GET /livez` (200 `ok`, or 503 and the reason).
  */
 export function serveMetrics(
   hostname: string,
   port: number,
   render: () => Promise<string>,
   probes?: Probes,
+  scrapeToken?: ScrapeToken,
 ): MetricsServer {
   const listener = Deno.listen({ hostname, port });
   // In order of acceptance: the first waiting one is the oldest still without its head.
@@ -67,7 +85,7 @@ export function serveMetrics(
         }
         const state: Open = { waiting: true };
         open.set(conn, state);
-        state.done = answer(conn, state, shared, probes).finally(() => {
+        state.done = answer(conn, state, shared, probes, scrapeToken).finally(() => {
           open.delete(conn);
           closeQuietly(conn);
         });
@@ -105,6 +123,7 @@ async function answer(
   state: Open,
   render: () => Promise<string>,
   probes?: Probes,
+  scrapeToken?: ScrapeToken,
 ): Promise<void> {
   const head = await within(readHead(conn), HEAD_MS, () => null).catch(() => null);
   if (head === null) return;
@@ -113,17 +132,22 @@ async function answer(
   const path = target.split("?")[0];
   const probe = path === "/readyz" ? probes?.ready : path === "/livez" ? probes?.live : undefined;
   const failed = probe && method === "GET" ? await probe().catch((err) => String(err)) : null;
+  const refused = method === "GET" && path === "/metrics" && scrapeToken !== undefined &&
+    !await bears(head, scrapeToken);
   const [status, body] = method !== "GET"
     ? [405, "method not allowed\n"]
     : probe
     ? failed === null ? [200, "ok\n"] : [503, `${failed}\n`]
     : path !== "/metrics"
     ? [404, "not found\n"]
+    : refused
+    ? [401, "unauthorized: /metrics needs the scraper's bearer token (agent.metricsTokenFile)\n"]
     : [200, await render()];
   const bytes = new TextEncoder().encode(body);
   const metrics = status === 200 && path === "/metrics";
   const text = `HTTP/1.1 ${status} ${REASONS[status]}\r\n` +
     `content-type: ${metrics ? "text/plain; version=0.0.4" : "text/plain"}\r\n` +
+    (status === 401 ? `www-authenticate: Bearer realm="milo-ipam"\r\n` : "") +
     `content-length: ${bytes.byteLength}\r\nconnection: close\r\n\r\n`;
   const out = new Uint8Array([...new TextEncoder().encode(text), ...bytes]);
   const write = async () => {
@@ -134,10 +158,21 @@ async function answer(
 
 const REASONS: Record<number, string> = {
   200: "OK",
+  401: "Unauthorized",
   404: "Not Found",
   405: "Method Not Allowed",
   503: "Service Unavailable",
 };
+
+/** Whether the request head bears the scrape token (`Authorization: Bearer TOKEN`). */
+async function bears(head: string, scrapeToken: ScrapeToken): Promise<boolean> {
+  const token = await scrapeToken().catch(() => null);
+  if (!token) return false;
+  const sent = head.split("\r\n").slice(1)
+    .map((line) => /^authorization:[ \t]*bearer[ \t]+(\S+)[ \t]*$/i.exec(line)?.[1])
+    .find((t) => t !== undefined);
+  return sent !== undefined && sha256Hex(sent) === sha256Hex(token);
+}
 
 /** The request head (up to the blank line), or null when it ends first or grows too big. */
 async function readHead(conn: Deno.Conn): Promise<string | null> {

@@ -84,6 +84,40 @@ export function ownSocketDir(dir: string): void {
 }
 
 /**
+ * The directory of a secret (`file`, the Milo token) as the node install
+ * writes it: made 0700 when missing, made 0700 when it is this user's and
+ * open to its group or others (the kubelet's `DirectoryOrCreate` makes a
+ * hostPath 0755) while it holds nothing but `file` and its temporary files,
+ * refused (code 7) otherwise: a symlink, not a directory, another user's, or
+ * a directory shared with other files, which is not narrowed under their
+ * readers (so the secret goes elsewhere).
+ */
+export function ownSecretDir(file: string): void {
+  const dir = dirOf(file);
+  const why = privateDir(dir);
+  const info = Deno.lstatSync(dir);
+  if (!why && (info.mode === null || (info.mode & 0o077) === 0)) return;
+  const refuse = (reason: string) =>
+    new CniError(
+      "config",
+      `the directory of ${file} is not private: ${reason}`,
+      "give the secret a directory of its own, owned by root, mode 0700 " +
+        "(/run/milo-ipam-secrets/ in deploy/base)",
+    );
+  if (!info.isDirectory || info.isSymlink || (ownUid() !== null && info.uid !== ownUid())) {
+    throw refuse(why!);
+  }
+  const name = file.slice(file.lastIndexOf("/") + 1);
+  const others = [...Deno.readDirSync(dir)].map((e) => e.name)
+    .filter((n) => n !== name && !(n.startsWith(`${name}.`) && n.endsWith(".tmp")));
+  if (others.length) {
+    const mode = (info.mode! & 0o777).toString(8);
+    throw refuse(`${dir} is mode ${mode} and holds ${others.slice(0, 3).join(", ")}`);
+  }
+  Deno.chmodSync(dir, 0o700);
+}
+
+/**
  * Why the plugin must not talk to the agent socket at `path` (not a socket
  * of this user in a private directory), or undefined when it may, or when
  * there is none to talk to.

@@ -63,7 +63,7 @@ function netConf(cluster: string, totalMs = 5000) {
 /** One install per cluster, as each cluster's nodes have their own node config. */
 async function installClusters(dir: string, milo: MiloDev): Promise<Record<string, Installed>> {
   const tokenFile = `${dir}/token`;
-  await Deno.writeTextFile(tokenFile, TOKEN);
+  await Deno.writeTextFile(tokenFile, TOKEN, { createNew: true, mode: 0o600 });
   const installs: Record<string, Installed> = {};
   for (const cluster of new Set(NODES.map((n) => n.cluster))) {
     const nodeConfig = `${dir}/${cluster}/node.json`;

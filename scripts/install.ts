@@ -24,6 +24,7 @@
 import { join, resolve } from "node:path";
 import { parseCommandLine, usageError } from "../lib/cli.ts";
 import { INSTALL_GLOBAL, type InstallSettings } from "../lib/paths.ts";
+import { requireScrapeToken } from "../lib/config.ts";
 import { requirePrivateDirs } from "../lib/owned.ts";
 import { permissionFlags } from "../lib/permissions.ts";
 import { commit, writeAtomic } from "./atomic.ts";
@@ -100,6 +101,7 @@ export async function install(o: InstallOptions): Promise<Installed> {
   await Deno.mkdir(support, { recursive: true, mode: 0o755 });
   const { node, choice, grants, nonCniNet, nonCniDirs } = await planSandbox(o);
   requirePrivateDirs(node);
+  requireScrapeToken(node.agent);
   const { warnings } = choice;
   for (const w of warnings) o.quiet || console.error(`warning: ${w}`);
   const flags = permissionFlags(grants);

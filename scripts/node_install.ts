@@ -17,13 +17,18 @@
 import { X509Certificate } from "node:crypto";
 import { dirname, join, resolve } from "node:path";
 import { parseCommandLine, usageError } from "../lib/cli.ts";
-import { DNS1123_SUBDOMAIN, type NodeConfig, validateNodeConfig } from "../lib/config.ts";
+import {
+  DNS1123_SUBDOMAIN,
+  type NodeConfig,
+  requireScrapeToken,
+  validateNodeConfig,
+} from "../lib/config.ts";
 import { errorText } from "../lib/errors.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { tokenOf } from "../lib/http.ts";
 import { Journal } from "../lib/journal.ts";
 import { rotatedLog } from "../lib/log.ts";
-import { ownSocketDir } from "../lib/owned.ts";
+import { ownSecretDir, ownSocketDir } from "../lib/owned.ts";
 import { DEFAULT_NODE_CONFIG } from "../lib/paths.ts";
 import { RELEASE, requireStateFormat } from "../lib/version.ts";
 import { writeAtomic } from "./atomic.ts";
@@ -170,14 +175,32 @@ async function caOf(
   return { text: checkCa(ca, from), from };
 }
 
-/** A directory of root's alone: made 0700, or made 0700 when it is this user's; else refused. */
-function privateDirAt(dir: string): void {
+/** Runs a check of lib/: its refusal (code 7) becomes the install's. */
+function refusing(check: () => void): void {
   try {
-    ownSocketDir(dir);
+    check();
   } catch (err) {
-    const e = err as { message?: string };
-    throw new Refused(e.message ?? String(err));
+    const e = err as { message?: string; details?: string };
+    throw new Refused(`${e.message ?? String(err)}${e.details ? ` (${e.details})` : ""}`);
   }
+}
+
+/**
+ * A directory nobody else may write: made 0700 when missing, narrowed to 0700
+ * when this user's and writable by others, refused when another user's or not
+ * a directory ({@link ownSocketDir}).
+ */
+const privateDirAt = (dir: string) => refusing(() => ownSocketDir(dir));
+
+/**
+ * The Milo token written where the node config names it: into a directory of
+ * root's alone (0700 when the kubelet made it 0755, else refused: see
+ * {@link ownSecretDir}), through a file that is 0600 from before its first
+ * byte ({@link writeAtomic}), so no other user of the node ever reads it.
+ */
+export async function installToken(tokenFile: string, token: string): Promise<void> {
+  refusing(() => ownSecretDir(tokenFile));
+  await writeAtomic(tokenFile, token, 0o600);
 }
 
 /**
@@ -187,6 +210,7 @@ function privateDirAt(dir: string): void {
 export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
   const values = await nodeConfigOf(o);
   const node = validate(values, o.nodeConfig);
+  refusing(() => requireScrapeToken(node.agent));
   const token = await key(o.secret, "token");
   if (token === undefined || !token.trim()) {
     throw new Refused(`${join(o.secret, "token")} is missing or empty (the Secret's key token)`);
@@ -197,11 +221,12 @@ export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
     );
   }
   const ca = await caOf(o, node);
-  for (const d of [dirname(node.milo.tokenFile), dirname(node.agent.socket)]) privateDirAt(d);
-  for (const d of [dirname(node.log.file), node.stateDir]) privateDirAt(d);
+  for (const d of [dirname(node.agent.socket), dirname(node.log.file), node.stateDir]) {
+    privateDirAt(d);
+  }
   requireStateFormat(node.stateDir);
+  await installToken(node.milo.tokenFile, token);
   await Deno.mkdir(dirname(o.nodeConfig), { recursive: true, mode: 0o755 });
-  await writeAtomic(node.milo.tokenFile, token, 0o600);
   if (ca && node.milo.caFile) await writeAtomic(node.milo.caFile, ca.text, 0o644);
   await writeAtomic(o.nodeConfig, JSON.stringify(values, null, 2) + "\n", 0o644);
   const r = await install({

@@ -136,7 +136,8 @@ export async function planSandbox(o: SandboxOptions): Promise<{
   const node = parseNodeConfig(values, path, () => undefined);
   const configs = nodeConfigReads(choice.settings);
   const m = node.milo;
-  const secrets = [m.tokenFile, m.caFile, m.certFile, m.keyFile].filter((f): f is string => !!f);
+  const secrets = [m.tokenFile, m.caFile, m.certFile, m.keyFile, node.agent.metricsTokenFile]
+    .filter((f): f is string => !!f);
   const socketDir = dirname(node.agent.socket);
   const kube = await kubeGrants(o.kube);
   const nonCniNet = [...(node.agent.metrics ? [node.agent.metrics] : []), ...kube.net];

@@ -77,6 +77,8 @@ export async function installPlugin(o: {
   agent?: boolean;
   /** The agent's metrics listener (`127.0.0.1:PORT`). */
   agentMetrics?: string;
+  /** The file holding the scraper's token (`agent.metricsTokenFile`). */
+  agentMetricsTokenFile?: string;
   /** How to install (see scripts/install.ts): `auto` unless a test needs one form. */
   mode?: InstallOptions["mode"];
   /**
@@ -103,7 +105,7 @@ export async function installPlugin(o: {
   }
   const resultsDir = `${dir}/results`;
   const stateDir = `${dir}/state`;
-  await Deno.writeTextFile(tokenFile, o.token + "\n");
+  await Deno.writeTextFile(tokenFile, o.token + "\n", { mode: 0o600 });
   await Deno.mkdir(resultsDir);
   await Deno.mkdir(stateDir);
   const node: Record<string, unknown> = {
@@ -120,6 +122,7 @@ export async function installPlugin(o: {
         agent: {
           socket: `${dir}/run/agent.sock`,
           ...(o.agentMetrics ? { metrics: o.agentMetrics } : {}),
+          ...(o.agentMetricsTokenFile ? { metricsTokenFile: o.agentMetricsTokenFile } : {}),
         },
       }
       : {}),

@@ -6,8 +6,9 @@
  * escalation, capabilities, a writable root or an unconfined seccomp; no API
  * token where nothing calls the API, the sweep's role exactly its calls; host
  * paths exactly those the sandbox grants; probes and scrape port where the
- * node config puts the metrics; alert rules on metrics the agent exports; the
- * image built from checksum-verified Deno. The init container's node install
+ * node config puts the metrics, and /metrics only for the scraper's token;
+ * alert rules on metrics the agent exports; the image built from
+ * checksum-verified Deno. The init container's node install
  * runs here from the image's files against the rendered ConfigMap and a
  * Secret laid out as files, and the plugin it makes leases from milo-dev.
  */
@@ -19,7 +20,7 @@ import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { ClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
 import { ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding";
-import { DEFAULT_BOOT_ID_FILE, parseNodeConfig } from "../lib/config.ts";
+import { DEFAULT_BOOT_ID_FILE, parseNodeConfig, requireScrapeToken } from "../lib/config.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
@@ -300,6 +301,7 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
     "/etc/milo-ipam ro",
     "/opt/cni/bin ro",
     "/run/milo-ipam rw",
+    "/run/milo-ipam-metrics ro",
     "/run/milo-ipam-secrets ro",
     "/var/lib/cni/multus/results ro",
     "/var/lib/cni/results ro",
@@ -315,12 +317,19 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   const g = (await planSandbox({ dir: "/opt/cni/bin", config: `${OVERLAY}/node.json` })).grants;
   const mountOf = (p: string) =>
     main.volumeMounts.find((m: Any) => host.has(m.name) && isInside(p, m.mountPath));
+  // The scraper's token is read from its Secret's volume: it has no business on the host.
+  const secrets = new Set(agent.volumes.filter((v: Any) => v.secret).map((v: Any) => v.name));
+  const secretMountOf = (p: string) =>
+    main.volumeMounts.find((m: Any) => secrets.has(m.name) && isInside(p, m.mountPath));
   // The boot id is the kernel's: every container's /proc shows the host's.
   const read = [
     ...g.read.filter((p) => p !== `${OVERLAY}/node.json` && p !== DEFAULT_BOOT_ID_FILE),
     "/etc/milo-ipam/node.json",
   ];
-  for (const p of read) assert.ok(mountOf(p), `the agent mounts ${p}, which its sandbox reads`);
+  for (const p of read) {
+    assert.ok(mountOf(p) ?? secretMountOf(p), `the agent mounts ${p}, which its sandbox reads`);
+  }
+  assert.deepEqual(read.filter((p) => !mountOf(p)), ["/run/milo-ipam-metrics/token"]);
   for (const p of g.write) assert.ok(mountOf(p) && !mountOf(p).readOnly, `${p} writable`);
   assert.ok(read.includes(supportDir("/opt/cni/bin")), "the plugin's code, read-only");
   for (const m of main.volumeMounts.filter((m: Any) => host.has(m.name))) {
@@ -351,24 +360,51 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   assert.deepEqual(un.containers[0].volumeMounts ?? [], [], "the pod holder mounts nothing");
 });
 
-Deno.test("deploy: probes and the scrape port are where the node config puts the metrics; alerts use exported metrics", () => {
+Deno.test("deploy: probes and the scrape port are where the node config puts the metrics; the scrape bears the token the agent checks; alerts use exported metrics", () => {
   const docs = rendered();
   const ds = find(docs, "DaemonSet", "milo-ipam-agent");
   const [agent] = ds.spec.template.spec.containers;
-  const metrics = JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)).agent.metrics;
+  const node = JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`));
+  const { metrics, metricsTokenFile } = node.agent;
   const port = Number(metrics.split(":").at(-1));
   assert.match(metrics, /^0\.0\.0\.0:\d+$/, "the node's addresses, for Prometheus");
   assert.deepEqual(agent.readinessProbe.httpGet, { host: "127.0.0.1", path: "/readyz", port });
   assert.deepEqual(agent.livenessProbe.httpGet, { host: "127.0.0.1", path: "/livez", port });
   assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: port, protocol: "TCP" }]);
-  assert.equal(ds.spec.template.metadata.annotations["prometheus.io/port"], String(port));
+  // Only the scraper reads /metrics: its bearer token, from a Secret the agent mounts (optional:
+  // without it the agent and its probes run, and every scrape is refused).
+  requireScrapeToken(node.agent);
+  const at = agent.volumeMounts.find((m: Any) => isInside(metricsTokenFile, m.mountPath));
+  assert.deepEqual(at, {
+    name: "metrics-token",
+    mountPath: "/run/milo-ipam-metrics",
+    readOnly: true,
+  });
+  const volume = ds.spec.template.spec.volumes.find((v: Any) => v.name === at.name);
+  assert.deepEqual(volume.secret, {
+    secretName: "milo-ipam-metrics",
+    defaultMode: 0o400,
+    optional: true,
+  });
+  assert.equal(metricsTokenFile, `${at.mountPath}/token`, "the Secret's key token");
+  const annotations = Object.keys(ds.spec.template.metadata.annotations ?? {});
+  assert.deepEqual(
+    annotations.filter((a) => a.startsWith("prometheus.io/")),
+    [],
+    "no scrape by annotation: such a job would send the token to every pod it scrapes",
+  );
 
   const mon = kustomize(`${DEPLOY}monitoring`);
   const pm = find(mon, "PodMonitor", "milo-ipam-agent");
   assert.equal(pm.apiVersion, "monitoring.coreos.com/v1");
   assert.deepEqual(pm.spec.selector.matchLabels, ds.spec.selector.matchLabels);
-  assert.deepEqual(pm.spec.podMetricsEndpoints.map((e: Any) => [e.port, e.path]), [
-    ["metrics", "/metrics"],
+  assert.equal(pm.metadata.namespace, ds.metadata.namespace, "the Secret is the PodMonitor's");
+  assert.deepEqual(pm.spec.namespaceSelector, { matchNames: [ds.metadata.namespace] });
+  assert.deepEqual(pm.spec.podMetricsEndpoints.map((e: Any) => [e.port, e.path, e.authorization]), [
+    ["metrics", "/metrics", {
+      type: "Bearer",
+      credentials: { name: volume.secret.secretName, key: "token" },
+    }],
   ]);
   const rules = find(mon, "PrometheusRule", "milo-ipam").spec.groups.flatMap((g: Any) => g.rules);
   const exported = new Set(

@@ -11,9 +11,11 @@
 import assert from "node:assert/strict";
 import { execCni } from "../scripts/cni_exec.ts";
 import { buildImageFiles } from "../scripts/image.ts";
+import { installToken, Refused } from "../scripts/node_install.ts";
 import { kustomize } from "../testing/kustomize.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
+import { snoop, SNOOP_IGNORED } from "../testing/snoop.ts";
 import { RELEASE } from "../lib/version.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -80,6 +82,9 @@ async function node(milo: MiloDev, image: string) {
   for (const d of ["opt/cni/bin", "etc/milo-ipam", "run", "var/lib/cni/results"]) {
     await Deno.mkdir(`${root}/${d}`, { recursive: true });
   }
+  // The kubelet's DirectoryOrCreate makes the token's hostPath 0755 before the init container runs.
+  await Deno.mkdir(`${root}/run/milo-ipam-secrets`, { mode: 0o755 });
+  await Deno.chmod(`${root}/run/milo-ipam-secrets`, 0o755);
   await Deno.writeTextFile(`${root}/etc/machine-id`, "0123456789abcdef0123456789abcdef\n");
   await setConfigMap(v);
   await setSecret({ token: TOKEN + "\n" });
@@ -159,6 +164,14 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
         r.stderr,
         /field stateDirectory: unknown key; the nearest known key is stateDir/,
       );
+
+      // Metrics on the node's addresses without the scraper's token: any pod would read them.
+      const agent = { ...n.v.agent, metrics: "0.0.0.0:9464", metricsTokenFile: undefined };
+      await n.setConfigMap({ ...n.v, agent }, milosCa);
+      r = await n.run("install");
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /0\.0\.0\.0:9464 listens on every address .* agent\.metricsTokenFile/);
+      assert.match(r.stderr, /\(set agent\.metricsTokenFile to a file holding the token/);
 
       // A node name in the ConfigMap, a bad NODE_NAME, no token: refused.
       await n.setConfigMap({ ...n.v, node: "node-1" }, milosCa);
@@ -260,5 +273,76 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
   } finally {
     await milo.stop();
     await Deno.remove(image, { recursive: true });
+  }
+});
+
+/** A temp dir others may pass through, and in it the token's directory as the kubelet makes it. */
+async function kubeletSecrets(): Promise<{ base: string; dir: string; token: string }> {
+  const base = await Deno.makeTempDir({ prefix: "milo-ipam-secrets-" });
+  await Deno.chmod(base, 0o755);
+  const dir = `${base}/run/milo-ipam-secrets`;
+  await Deno.mkdir(dir, { recursive: true });
+  await Deno.chmod(dir, 0o755);
+  return { base, dir, token: `${dir}/token` };
+}
+
+Deno.test({
+  name: "installToken(): the kubelet's 0755 directory becomes root's alone; another user " +
+    "watching it reads no token (as root)",
+  ignore: SNOOP_IGNORED,
+}, async () => {
+  const s = await kubeletSecrets();
+  try {
+    const reader = await snoop(s.dir);
+    // A DaemonSet rolled again and again: each install writes the token anew.
+    for (let i = 0; i < 100; i++) await installToken(s.token, `${TOKEN}-${i}\n`);
+    const seen = await reader.stop();
+    assert.ok(seen.looks > 0);
+    assert.deepEqual(seen.read, [], "another user read the token");
+    assert.equal((await Deno.stat(s.dir)).mode! & 0o777, 0o700);
+    assert.equal((await Deno.stat(s.token)).mode! & 0o777, 0o600);
+    assert.equal(await Deno.readTextFile(s.token), `${TOKEN}-99\n`);
+    assert.deepEqual([...Deno.readDirSync(s.dir)].map((e) => e.name), ["token"]);
+  } finally {
+    await Deno.remove(s.base, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "installToken(): a directory open to others that holds other files, a symlink, another " +
+    "user's: refused, nothing written (as root)",
+  ignore: SNOOP_IGNORED,
+}, async () => {
+  const s = await kubeletSecrets();
+  try {
+    // Shared with other files (a token put beside the node config): not narrowed under them.
+    await Deno.writeTextFile(`${s.dir}/node.json`, "{}");
+    await assert.rejects(
+      installToken(s.token, TOKEN),
+      (e: Error) =>
+        e instanceof Refused &&
+        /directory of .*token is not private: .*secrets is mode 755 and holds node\.json/.test(
+          e.message,
+        ) && /a directory of its own/.test(e.message),
+    );
+    assert.equal((await Deno.stat(s.dir)).mode! & 0o777, 0o755, "left as it was");
+    await assert.rejects(Deno.stat(s.token), Deno.errors.NotFound);
+    // Private already (0700): the other files are root's business.
+    await Deno.chmod(s.dir, 0o700);
+    await installToken(s.token, TOKEN);
+    assert.equal(await Deno.readTextFile(s.token), TOKEN);
+
+    await Deno.remove(s.dir, { recursive: true });
+    await Deno.mkdir(`${s.base}/elsewhere`, { mode: 0o700 });
+    await Deno.symlink(`${s.base}/elsewhere`, s.dir);
+    await assert.rejects(installToken(s.token, TOKEN), /secrets is a symlink/);
+    await Deno.remove(s.dir);
+    await Deno.mkdir(s.dir, { mode: 0o700 });
+    await Deno.chown(s.dir, 65534, 65534);
+    await assert.rejects(installToken(s.token, TOKEN), /secrets is owned by uid 65534, not 0/);
+    assert.deepEqual([...Deno.readDirSync(`${s.base}/elsewhere`)], []);
+    assert.deepEqual([...Deno.readDirSync(s.dir)], []);
+  } finally {
+    await Deno.remove(s.base, { recursive: true });
   }
 });

@@ -1,7 +1,8 @@
 /**
  * Operating milo-ipam, in-process: `show` by address, pod and node against
  * milo-dev (with the holder's caches read on its own node); the agent's
- * readiness and liveness probes and the journal gauge on its metrics port;
+ * readiness and liveness probes and the journal gauge on its metrics port,
+ * and the scraper's bearer token it asks for there;
  * the log's rotation and its copy on the agent's stdout; unknown config keys
  * refused with the nearest known one; sandbox refusals in an operator's
  * words; the node state's format record.
@@ -205,7 +206,7 @@ Deno.test("agent: readiness follows Milo and the node's token, liveness its sock
     await withTempDir(async (dir) => {
       const port = freePort();
       const config = await nodeConfig(dir, milo, "node-a1", {
-        agent: { socket: `${dir}/run/agent.sock`, metrics: `0.0.0.0:${port}` },
+        agent: { socket: `${dir}/run/agent.sock`, metrics: `127.0.0.1:${port}` },
       });
       const env = (n: string) => n === "MILO_IPAM_CONFIG" ? config : undefined;
       const agent = new Agent(await readNodeConfig(env), env);
@@ -258,6 +259,102 @@ Deno.test("agent: readiness follows Milo and the node's token, liveness its sock
         } finally {
           await again.stop();
         }
+      } finally {
+        await agent.stop();
+      }
+    });
+  } finally {
+    await milo.stop();
+  }
+});
+
+/** GET /metrics on the agent's port with `authorization` (if any): status, body, challenge. */
+async function scrape(port: number, authorization?: string) {
+  const r = await fetch(`http://127.0.0.1:${port}/metrics`, {
+    headers: authorization ? { authorization } : {},
+  });
+  return { status: r.status, body: await r.text(), challenge: r.headers.get("www-authenticate") };
+}
+
+Deno.test("agent: metrics on the node's addresses only for the scraper's bearer token, read at each scrape; probes open; refused to start without agent.metricsTokenFile", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  try {
+    await withTempDir(async (dir) => {
+      const port = freePort();
+      const socket = `${dir}/run/agent.sock`;
+      const agentWith = async (agent: Record<string, unknown>) => {
+        const config = await nodeConfig(dir, milo, "node-a1", { agent: { socket, ...agent } });
+        const env = (n: string) => n === "MILO_IPAM_CONFIG" ? config : undefined;
+        return new Agent(await readNodeConfig(env), env);
+      };
+
+      // Every address of the node and no token: any pod could read them, so the agent refuses.
+      const open = await agentWith({ metrics: `0.0.0.0:${port}` });
+      await assert.rejects(
+        open.start(),
+        (e: CniError) =>
+          e.outcome === "config" &&
+          /agent\.metrics: 0\.0\.0\.0:\d+ listens on every address .* without agent\.metricsTokenFile/
+            .test(e.message) &&
+          /or listen on a loopback address/.test(e.details),
+      );
+      await assert.rejects(Deno.lstat(socket), Deno.errors.NotFound, "nothing bound");
+      await assert.rejects(fetch(`http://127.0.0.1:${port}/livez`), TypeError, "nothing listens");
+
+      const tokenFile = `${dir}/metrics-token`;
+      await Deno.writeTextFile(tokenFile, "scraper-token-1\n", { mode: 0o600 });
+      const agent = await agentWith({ metrics: `0.0.0.0:${port}`, metricsTokenFile: tokenFile });
+      await agent.start();
+      try {
+        for (
+          const refused of [
+            undefined,
+            "Bearer scraper-token-2",
+            "Bearer scraper-token-1x",
+            "Basic scraper-token-1",
+            "Bearer",
+          ]
+        ) {
+          const r = await scrape(port, refused);
+          assert.equal(r.status, 401, `${refused}`);
+          assert.equal(r.challenge, 'Bearer realm="milo-ipam"');
+          assert.doesNotMatch(r.body, /milo_ipam_/, "no metric to whoever lacks the token");
+        }
+        for (const good of ["Bearer scraper-token-1", "bearer   scraper-token-1"]) {
+          const r = await scrape(port, good);
+          assert.equal(r.status, 200, good);
+          assert.match(
+            r.body,
+            new RegExp(`^milo_ipam_build_info\\{release="${RELEASE}"\\} 1$`, "m"),
+          );
+        }
+        // The kubelet's probes carry no credentials: open.
+        assert.deepEqual(await get(port, "/livez"), { status: 200, body: "ok\n" });
+        assert.deepEqual(await get(port, "/readyz"), { status: 200, body: "ok\n" });
+
+        // A rotated Secret counts at the next scrape: the old token is refused at once.
+        await Deno.writeTextFile(tokenFile, "scraper-token-2\n");
+        assert.equal((await scrape(port, "Bearer scraper-token-1")).status, 401);
+        assert.equal((await scrape(port, "Bearer scraper-token-2")).status, 200);
+
+        // No token to read (the Secret missing, or not one token): every scrape is refused and
+        // the agent says why, once; the probes go on.
+        for (const text of [null, "", "two words\n"]) {
+          if (text === null) await Deno.remove(tokenFile);
+          else await Deno.writeTextFile(tokenFile, text);
+          for (const t of ["Bearer scraper-token-2", "Bearer ", "Bearer two"]) {
+            assert.equal((await scrape(port, t)).status, 401, `${JSON.stringify(text)}: ${t}`);
+          }
+          assert.equal((await get(port, "/livez")).status, 200);
+        }
+        const log = await Deno.readTextFile(`${dir}/log-node-a1/milo-ipam.log`);
+        const warned = log.split("\n").filter((l) => l.includes("agent.metricsTokenFile"));
+        assert.equal(warned.length, 2, `once per cause:\n${warned.join("\n")}`);
+        assert.match(warned[0], /"level":"warn".*metrics-token: NotFound.*refused \(401\)/);
+        assert.match(warned[1], /metrics-token: it does not hold one token/);
+        assert.doesNotMatch(log, /scraper-token|two words/, "no token in the log");
+        await Deno.writeTextFile(tokenFile, "scraper-token-3\n");
+        assert.equal((await scrape(port, "Bearer scraper-token-3")).status, 200);
       } finally {
         await agent.stop();
       }

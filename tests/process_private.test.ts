@@ -257,3 +257,37 @@ Deno.test("agent metrics: connections are bounded in number and in time", async 
     await fake.close();
   }
 });
+
+Deno.test("agent metrics: on the node's addresses, the installed agent answers /metrics only with the token its sandbox reads", async () => {
+  const fake = await quoting(400, "refused");
+  const secrets = await Deno.makeTempDir({ prefix: "milo-ipam-scrape-" });
+  const tokenFile = `${secrets}/token`;
+  await Deno.writeTextFile(tokenFile, "scraper-token\n", { mode: 0o600 });
+  const port = freePort();
+  const p = await installPlugin({
+    miloUrl: fake.url,
+    token: TOKEN,
+    agent: true,
+    agentMetrics: `0.0.0.0:${port}`,
+    agentMetricsTokenFile: tokenFile,
+  });
+  try {
+    await p.startAgent();
+    const get = async (path: string, authorization?: string) => {
+      const r = await fetch(`http://127.0.0.1:${port}${path}`, {
+        headers: authorization ? { authorization } : {},
+      });
+      return { status: r.status, body: await r.text() };
+    };
+    assert.equal((await get("/metrics")).status, 401);
+    assert.equal((await get("/metrics", "Bearer another")).status, 401);
+    const r = await get("/metrics", "Bearer scraper-token");
+    assert.equal(r.status, 200, r.body);
+    assert.match(r.body, /^milo_ipam_build_info\{/m);
+    assert.equal((await get("/livez")).status, 200, "the probes need no token");
+  } finally {
+    await p.cleanup();
+    await fake.close();
+    await Deno.remove(secrets, { recursive: true });
+  }
+});

@@ -86,6 +86,7 @@ export class ClusterApi {
         users: [{ name: "sweep", user: { token: KUBE_TOKEN } }],
         contexts: [{ name: "cluster-a", context: { cluster: "cluster-a", user: "sweep" } }],
       }),
+      { mode: 0o600 },
     );
     const nodeConfig = `${this.#dir}/node.json`;
     await Deno.writeTextFile(

@@ -68,7 +68,7 @@ export class World {
     }
     await Deno.mkdir(`${this.dir}/state`, { recursive: true });
     this.tokenFile = `${this.dir}/token`;
-    await Deno.writeTextFile(this.tokenFile, TOKEN + "\n");
+    await Deno.writeTextFile(this.tokenFile, TOKEN + "\n", { mode: 0o600 });
     const seed = `${this.dir}/seed.json`;
     await Deno.writeTextFile(seed, JSON.stringify(E2E_SEED, null, 2));
     const tls = await makeTestCA(`${this.dir}/tls`, [MILO_ADDR]);
