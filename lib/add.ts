@@ -42,7 +42,7 @@ export const add: Handler = async (inv) => {
   }
   requireIdentityGrant(inv.node, inv.attachment);
   const names = claimNamesOf(inv);
-  const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
+  const requested = requestedAddresses(inv.conf, inv.env.args, inv.node, inv.attachment);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
     const entry = await inv.journal.hold(inv.attachment);

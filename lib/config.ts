@@ -79,6 +79,26 @@ function isMetricsListen(text: string): boolean {
   return isLoopbackHost(m[1]) || m[1] === "0.0.0.0" || m[1] === "[::]";
 }
 
+/**
+ * An object whose unknown keys are refused: inside a list the config's key
+ * check (lib/config_fields.ts) does not reach, a mistyped key would otherwise
+ * be dropped, and a grant silently widened or a scope's uid lost.
+ */
+function strict<S extends Record<string, z.ZodMiniType>>(shape: S) {
+  const known = Object.keys(shape);
+  const unknown = (v: unknown) => Object.keys(v as object).filter((k) => !known.includes(k));
+  // A refinement rather than a strict object: its issue lets a union (allowRequestedAddresses)
+  // report the item's own field, not only that no form matched.
+  return z.looseObject(shape).check(
+    z.refine((v) => !unknown(v).length, {
+      error: (iss) =>
+        `unknown key ${unknown(iss.input).join(", ")}; known keys: ${known.join(", ")}`,
+    }),
+  );
+}
+
+const label = nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"));
+
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
@@ -128,19 +148,23 @@ const nodeShape = {
     }),
     { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },
   ),
-  allowRequestedAddresses: withDefault(z.boolean(), false),
+  allowRequestedAddresses: withDefault(
+    z.union([
+      z.boolean(),
+      z.array(
+        strict({ namespace: z.optional(label), network: z.optional(bounded) }).check(
+          z.refine((g) => !!(g.namespace || g.network), "must name a namespace or a network"),
+        ),
+      ).check(z.maxLength(1024)),
+    ], { error: "must be true, false or a list of {namespace, network} grants" }),
+    false,
+  ),
   allowIdentities: withDefault(
     z.array(
-      // Strict: a mistyped key would otherwise be dropped, and the grant widened.
-      z.strictObject({
-        namespace: z.optional(nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"))),
+      strict({
+        namespace: z.optional(label),
         network: z.optional(bounded),
         identity: z.optional(z.enum(["pod", "network"])),
-      }, {
-        error: (iss) =>
-          iss.code === "unrecognized_keys"
-            ? `unknown key ${iss.keys.join(", ")}; known keys: namespace, network, identity`
-            : undefined,
       }).check(
         z.refine(
           (g) => !!(g.namespace || g.network || g.identity),

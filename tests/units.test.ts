@@ -63,6 +63,7 @@ Deno.test("config: a network config may not set node settings, unless equal to t
       [{ hostIdFile: "/tmp/id" }, "hostIdFile"],
       [{ milo: { namespace: "kube-system" } }, "milo"],
       [{ allowIdentities: [{ namespace: "evil" }] }, "allowIdentities"],
+      [{ allowRequestedAddresses: true }, "allowRequestedAddresses"],
     ] as const
   ) {
     throwsCni(() => parseNetConf(conf(over), n, "ADD"), 7, new RegExp(`ipam\\.${key}.*node`));
