@@ -12,9 +12,10 @@
 import * as z from "zod/mini";
 import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { issuesOf, type KeyTree, keyTree, refuseUnknownKeys } from "./config_fields.ts";
-import { CniError } from "./errors.ts";
+import { clip, CniError } from "./errors.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
+import { refuseGrantConflicts } from "./scope_grant.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
@@ -99,6 +100,9 @@ function strict<S extends Record<string, z.ZodMiniType>>(shape: S) {
 
 const label = nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"));
 
+/** A scope role's reference (Milo's `ScopeRef`; its uid is part of the address space). */
+const scopeRefShape = { apiGroup: bounded, kind: bounded, name: bounded, uid: z.optional(bounded) };
+
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
@@ -174,6 +178,19 @@ const nodeShape = {
     ).check(z.maxLength(1024)),
     [],
   ),
+  allowScopes: withDefault(
+    z.array(
+      strict({
+        namespace: z.optional(label),
+        network: z.optional(bounded),
+        scope: z.record(bounded, strict(scopeRefShape)),
+        classes: z.optional(
+          z.array(bounded).check(z.minLength(1, "must name at least one class"), z.maxLength(16)),
+        ),
+      }),
+    ).check(z.maxLength(1024)),
+    [],
+  ),
   gc: withDefault(z.object({ minAgeS: withDefault(int(0, 86_400), 60) }), { minAgeS: 60 }),
   reconcile: withDefault(z.object({ graceS: withDefault(int(0, 86_400), 300) }), { graceS: 300 }),
   timeouts: withDefault(
@@ -200,12 +217,7 @@ const gateway = (family: Family) =>
   z.optional(
     nonEmpty.check(z.refine((s) => parseIp(s)?.family === family, `must be an ${family} address`)),
   );
-const scopeRef = z.object({
-  apiGroup: bounded,
-  kind: bounded,
-  name: bounded,
-  uid: z.optional(bounded),
-});
+const scopeRef = z.object(scopeRefShape);
 
 /**
  * What a network's claims are named after (lib/claims.ts): the attachment
@@ -335,6 +347,18 @@ export function validateNodeConfig(values: unknown, path: string): ValidatedNode
     const issues = issuesOf(parsed.error, "");
     throw new CniError("config", `node config ${path}: ${issues[0]}`, issues.join("; "));
   }
+  if (rest.scope !== undefined) {
+    throw new CniError(
+      "config",
+      `node config ${path}: field scope: a default scope is no longer read; address spaces are ` +
+        "granted per network (allowScopes)",
+      `move it into allowScopes: ${
+        clip(JSON.stringify([{ scope: rest.scope }]), 300)
+      } grants it to every namespace's networks; see docs/upgrade.md before the first node runs ` +
+        "this release",
+    );
+  }
+  refuseGrantConflicts(parsed.data.allowScopes, path);
   const { resultsDir, resultsDirs } = parsed.data;
   if (resultsDir !== undefined && resultsDirs !== undefined) {
     throw new CniError(
