@@ -13,6 +13,7 @@ import { parseNodeConfig } from "../lib/config.ts";
 import { del } from "../lib/del.ts";
 import { CniError } from "../lib/errors.ts";
 import { gc } from "../lib/gc.ts";
+import { parseNetwork } from "../lib/network_config.ts";
 import { grantedScope, namesScope, refuseGrantConflicts } from "../lib/scope_grant.ts";
 import {
   existingClaim,
@@ -367,5 +368,23 @@ Deno.test("GC releases the stale claims of its network's space, made before the 
       assert.deepEqual(r.claims.sort(), [before, pinned].sort(), what);
       assert.deepEqual(stub.all().map((c) => c.metadata.name).sort(), [live, other].sort(), what);
     });
+  }
+});
+
+Deno.test("the README's node config grants its NetworkAttachmentDefinitions' network one space, uid included", async () => {
+  const text = await Deno.readTextFile(new URL("../README.md", import.meta.url));
+  const blocks = [...text.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1]);
+  const node = parseNodeConfig(JSON.parse(blocks.find((b) => b.startsWith('{\n  "milo"'))!), PATH);
+  const granted = node.allowScopes[0].scope;
+  assert.ok(granted.network.uid, "the README pins the Network's uid");
+  const ipamExample = JSON.parse(`{${blocks.find((b) => b.startsWith('"ipam": {'))!}}`).ipam;
+  const galactic = /```yaml\n[\s\S]*?"ipam": (\{[\s\S]*?\n {10}\})/.exec(
+    text.slice(text.indexOf("\n## Galactic\n")),
+  );
+  assert.ok(galactic, "the Galactic section's NAD");
+  for (const ipam of [ipamExample, JSON.parse(galactic[1])]) {
+    const net = parseNetwork(ipam, node);
+    const shop = { podNamespace: "shop", network: "vpc7b3e" };
+    assert.deepEqual(grantedScope(node, shop, net), granted);
   }
 });
