@@ -66,11 +66,10 @@ export function refuseGrantConflicts(grants: ScopeGrant[], path: string): void {
       : exact.get(`${ns}\u0000${net}`) ?? namespaceWide.get(ns) ?? networkWide.get(net) ?? all;
     if (earlier !== undefined) {
       const o = grants[earlier];
-      const both = `${describe(ns ?? o.namespace, net ?? o.network)}`;
       throw new CniError(
         "config",
         `node config ${path}: field allowScopes.${i}: it and allowScopes.${earlier} both grant ` +
-          both,
+          describe(ns ?? o.namespace, net ?? o.network),
         "a network has one address space: give each grant its own namespace or network",
       );
     }
