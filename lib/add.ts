@@ -10,6 +10,8 @@ import type { JournalHold } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
+import { grantedScope, namesScope } from "./scope_grant.ts";
+import type { NetworkConfig } from "./config.ts";
 
 type Requested = ReturnType<typeof requestedAddresses>;
 
@@ -31,6 +33,9 @@ type Held = Lease & { name: string; uid?: string; fresh: boolean; body: Record<s
  * it is what it was before (an earlier ADD's lease, or none), and left
  * `adding` (in doubt) otherwise. Refused while the
  * pod's namespace owes its share of the release journal (lib/journal.ts).
+ * Claims are made in the address space the node config grants the pod's
+ * namespace for the network (lib/scope_grant.ts), whatever scope the network
+ * config names.
  */
 export const add: Handler = async (inv) => {
   const full = inv.journal.full(inv.attachment);
@@ -44,8 +49,12 @@ export const add: Handler = async (inv) => {
     );
   }
   requireIdentityGrant(inv.node, inv.attachment);
+  const net = {
+    ...inv.conf.network,
+    scope: grantedScope(inv.node, inv.attachment, inv.conf.network),
+  };
   const names = claimNamesOf(inv);
-  const requested = requestedAddresses(inv.conf, inv.env.args, inv.node);
+  const requested = requestedAddresses(inv.conf, inv.env.args, inv.node, inv.attachment);
   const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
   try {
     const entry = await inv.journal.hold(inv.attachment);
@@ -54,7 +63,7 @@ export const add: Handler = async (inv) => {
     let adding: Holding | undefined;
     try {
       adding = inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
-      const held = await leaseAll(inv, entry, requested);
+      const held = await leaseAll(inv, net, entry, requested);
       const claims = held.map((h) => ({
         name: h.name,
         uid: h.uid,
@@ -100,12 +109,13 @@ function settle(
 
 async function leaseAll(
   inv: Invocation,
+  net: NetworkConfig,
   entry: JournalHold | null,
   requested: Requested,
 ): Promise<Held[]> {
-  const families = familiesOf(inv.conf.network);
+  const families = familiesOf(net);
   const settled = await Promise.allSettled(
-    families.map((f) => leaseFamily(inv, f, entry, requested[f])),
+    families.map((f) => leaseFamily(inv, net, f, entry, requested[f])),
   );
   const failures = settled.flatMap((s) => s.status === "rejected" ? [toCniError(s.reason)] : []);
   const held = settled.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
@@ -123,17 +133,17 @@ async function leaseAll(
 
 async function leaseFamily(
   inv: Invocation,
+  net: NetworkConfig,
   family: Family,
   entry: JournalHold | null,
   address: string | undefined,
 ): Promise<Held> {
-  const net = inv.conf.network;
   const body = claimBody(inv.node.milo.namespace, net, inv.attachment, family, address, inv.callId);
   const name = (body.metadata as { name: string }).name;
   const { made, existing } = await create(inv, name, body, address);
   const [claim, fresh] = made
     ? [made, true]
-    : await ownExisting(inv, name, net.classes[family]!, body, existing!);
+    : await ownExisting(inv, name, net, family, body, existing!);
   if (fresh) await mustBePosted(inv, family, body, claim, entry);
   const phase = claim.status.phase;
   if (phase !== "Bound") {
@@ -161,22 +171,24 @@ async function leaseFamily(
 
 /**
  * The claim `name` that already exists, when it is this attachment's own
- * with the right class: recorded for this node, host, network and pod. Under
- * pod or network identity a claim held by anyone else fails the ADD as
- * transient, naming the holder: one holder at a time, and the ADD never
- * releases it. Under attachment identity, one recorded for another pod on
- * this node and host (the runtime gave the same container ID to a new pod, so
- * the old one's sandbox is gone) is released by its uid and made again
- * (answered with `true`: a create's answer); any other holder fails the ADD,
- * naming it.
+ * with the right class and address space: recorded for this node, host,
+ * network and pod. Under pod or network identity a claim held by anyone else
+ * fails the ADD as transient, naming the holder: one holder at a time, and
+ * the ADD never releases it. Under attachment identity, one recorded for
+ * another pod on this node and host (the runtime gave the same container ID
+ * to a new pod, so the old one's sandbox is gone) is released by its uid and
+ * made again (answered with `true`: a create's answer); any other holder
+ * fails the ADD, naming it.
  */
 async function ownExisting(
   inv: Invocation,
   name: string,
-  className: string,
+  net: NetworkConfig,
+  family: Family,
   body: Record<string, unknown>,
   claim: IPClaim,
 ): Promise<[IPClaim, boolean]> {
+  const className = net.classes[family]!;
   const differs = mismatches(claim, inv.attachment);
   const uid = claim.metadata.uid;
   const identity = inv.attachment.identity ?? "attachment";
@@ -222,6 +234,15 @@ async function ownExisting(
         claim.spec.className ?? "(none)"
       }, config says ${className}`,
       "DEL the attachment before changing its classes",
+    );
+  }
+  if (!namesScope(claim.spec.scope, net.scope ?? {}, "exact")) {
+    throw new CniError(
+      "conflict",
+      `claim ${name} of this attachment is in another address space than the one granted`,
+      `its scope ${clip(JSON.stringify(claim.spec.scope ?? {}), 300)}; granted ${
+        clip(JSON.stringify(net.scope ?? {}), 300)
+      }: DEL the attachment before its network's space changes`,
     );
   }
   // Made by this ADD: a create whose answer was lost, found by its retry.

@@ -221,7 +221,7 @@ export function claimBody(
     spec: {
       className: net.classes[family],
       ipFamily: miloFamily(family),
-      ...(net.scope ? { scope: net.scope } : {}),
+      ...(net.scope && Object.keys(net.scope).length ? { scope: net.scope } : {}),
       ...(address ? { address } : {}),
       reclaimPolicy: (a.identity ?? "attachment") === "attachment" ? net.reclaimPolicy : "Retain",
     },

@@ -12,9 +12,10 @@
 import * as z from "zod/mini";
 import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
 import { issuesOf, type KeyTree, keyTree, refuseUnknownKeys } from "./config_fields.ts";
-import { CniError } from "./errors.ts";
+import { clip, CniError } from "./errors.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { type Family, isLoopbackHost, parseIp } from "./ip.ts";
+import { refuseGrantConflicts } from "./scope_grant.ts";
 
 /** Default log file. */
 export const DEFAULT_LOG_FILE = "/var/log/milo-ipam/milo-ipam.log";
@@ -97,6 +98,29 @@ export function requireScrapeToken(agent: { metrics?: string; metricsTokenFile?:
   );
 }
 
+/**
+ * An object whose unknown keys are refused: inside a list the config's key
+ * check (lib/config_fields.ts) does not reach, a mistyped key would otherwise
+ * be dropped, and a grant silently widened or a scope's uid lost.
+ */
+function strict<S extends Record<string, z.ZodMiniType>>(shape: S) {
+  const known = Object.keys(shape);
+  const unknown = (v: unknown) => Object.keys(v as object).filter((k) => !known.includes(k));
+  // A refinement rather than a strict object: its issue lets a union (allowRequestedAddresses)
+  // report the item's own field, not only that no form matched.
+  return z.looseObject(shape).check(
+    z.refine((v) => !unknown(v).length, {
+      error: (iss) =>
+        `unknown key ${unknown(iss.input).join(", ")}; known keys: ${known.join(", ")}`,
+    }),
+  );
+}
+
+const label = nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"));
+
+/** A scope role's reference (Milo's `ScopeRef`; its uid is part of the address space). */
+const scopeRefShape = { apiGroup: bounded, kind: bounded, name: bounded, uid: z.optional(bounded) };
+
 const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
@@ -147,25 +171,42 @@ const nodeShape = {
     }),
     { socket: DEFAULT_AGENT_SOCKET, reconcileIntervalS: 300 },
   ),
-  allowRequestedAddresses: withDefault(z.boolean(), false),
+  allowRequestedAddresses: withDefault(
+    z.union([
+      z.boolean(),
+      z.array(
+        strict({ namespace: z.optional(label), network: z.optional(bounded) }).check(
+          z.refine((g) => !!(g.namespace || g.network), "must name a namespace or a network"),
+        ),
+      ).check(z.maxLength(1024)),
+    ], { error: "must be true, false or a list of {namespace, network} grants" }),
+    false,
+  ),
   allowIdentities: withDefault(
     z.array(
-      // Strict: a mistyped key would otherwise be dropped, and the grant widened.
-      z.strictObject({
-        namespace: z.optional(nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"))),
+      strict({
+        namespace: z.optional(label),
         network: z.optional(bounded),
         identity: z.optional(z.enum(["pod", "network"])),
-      }, {
-        error: (iss) =>
-          iss.code === "unrecognized_keys"
-            ? `unknown key ${iss.keys.join(", ")}; known keys: namespace, network, identity`
-            : undefined,
       }).check(
         z.refine(
           (g) => !!(g.namespace || g.network || g.identity),
           "must name a namespace, a network or an identity",
         ),
       ),
+    ).check(z.maxLength(1024)),
+    [],
+  ),
+  allowScopes: withDefault(
+    z.array(
+      strict({
+        namespace: z.optional(label),
+        network: z.optional(bounded),
+        scope: z.record(bounded, strict(scopeRefShape)),
+        classes: z.optional(
+          z.array(bounded).check(z.minLength(1, "must name at least one class"), z.maxLength(16)),
+        ),
+      }),
     ).check(z.maxLength(1024)),
     [],
   ),
@@ -201,12 +242,7 @@ const gateway = (family: Family) =>
   z.optional(
     nonEmpty.check(z.refine((s) => parseIp(s)?.family === family, `must be an ${family} address`)),
   );
-const scopeRef = z.object({
-  apiGroup: bounded,
-  kind: bounded,
-  name: bounded,
-  uid: z.optional(bounded),
-});
+const scopeRef = z.object(scopeRefShape);
 
 /**
  * What a network's claims are named after (lib/claims.ts): the attachment
@@ -336,6 +372,18 @@ export function validateNodeConfig(values: unknown, path: string): ValidatedNode
     const issues = issuesOf(parsed.error, "");
     throw new CniError("config", `node config ${path}: ${issues[0]}`, issues.join("; "));
   }
+  if (rest.scope !== undefined) {
+    throw new CniError(
+      "config",
+      `node config ${path}: field scope: a default scope is no longer read; address spaces are ` +
+        "granted per network (allowScopes)",
+      `move it into allowScopes: ${
+        clip(JSON.stringify([{ scope: rest.scope }]), 300)
+      } grants it to every namespace's networks; see docs/upgrade.md before the first node runs ` +
+        "this release",
+    );
+  }
+  refuseGrantConflicts(parsed.data.allowScopes, path);
   const { resultsDir, resultsDirs } = parsed.data;
   if (resultsDir !== undefined && resultsDirs !== undefined) {
     throw new CniError(

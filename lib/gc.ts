@@ -1,7 +1,6 @@
 import { nodeSelector } from "./claims.ts";
-import { holderOf, notHeldHere } from "./holder.ts";
-import { isPlainObject } from "./cni.ts";
-import type { NetworkConfig } from "./config.ts";
+import { holderOf, notHeldHere, podNamespaceOf } from "./holder.ts";
+import type { NetworkConfig, NodeConfig } from "./config.ts";
 import { attachmentKey } from "./netconf.ts";
 import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import { FAMILIES, miloFamily } from "./ip.ts";
@@ -11,16 +10,18 @@ import { lockAttachment } from "./lockfile.ts";
 import type { Release } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
+import { grantOf, namesScope } from "./scope_grant.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
 const DELETE_CONCURRENCY = 8;
 
 /**
  * GC: release the claims of this node and host, made for this network (its
- * name, and the class and scope it configures), whose attachment is not in
- * `cni.dev/valid-attachments` and whose container no libcni result cache of
- * the node names (another runtime, or Multus, may hold it: the liveness of
- * lib/liveness.ts), which no ADD on this node may still be making, and which
+ * name, the class it configures and its scope, {@link madeFor}), whose
+ * attachment is not in `cni.dev/valid-attachments` and whose container no
+ * libcni result cache of the node names (another runtime, or Multus, may
+ * hold it: the liveness of lib/liveness.ts), which no ADD on this node may
+ * still be making, and which
  * are at least `gc.minAgeS` old on Milo's own clock (the LIST's `Date`
  * against `creationTimestamp`; the node's clock plays no part). A claim
  * without a readable creation time or a uid is kept. Each is released under
@@ -44,7 +45,8 @@ export const gc: Handler = async (inv) => {
   const live = await readLive(inv.node.resultsDirs);
   const stale = listed.items.filter((c) => {
     const h = holderOf(c);
-    if (h.host !== a.host || h.network !== a.network || !madeFor(c, inv.conf.network)) return false;
+    if (h.host !== a.host || h.network !== a.network) return false;
+    if (!madeFor(c, inv.conf.network, a.network, inv.node)) return false;
     if (h.containerId === undefined || h.ifname === undefined) return false;
     if (valid.has(attachmentKey(h.containerId, h.ifname)) || isLive(live, h.containerId)) {
       return false;
@@ -126,20 +128,23 @@ function isBeingAdded(inv: Invocation, containerId: string, ifname: string): boo
 }
 
 /**
- * True when a claim was made for `net`: the class it configures for the
- * claim's family, and the same scope roles, each naming what the network
- * config names (Milo may fill in more of a reference, such as its uid).
+ * True when a claim was made for `net`, the network `network`: the class it
+ * configures for the claim's family, and the scope it names, or where it
+ * names none, the scope the node config grants the namespace of the claim's
+ * pod for the network (lib/scope_grant.ts); a uid on one side only is the
+ * same object (a claim made before root pinned it). A narrowing of what GC
+ * releases, never a liveness judgement: a claim it matches is still released
+ * only when its attachment is neither valid nor live.
  */
-export function madeFor(claim: IPClaim, net: NetworkConfig): boolean {
+export function madeFor(
+  claim: IPClaim,
+  net: NetworkConfig,
+  network: string,
+  node: Pick<NodeConfig, "allowScopes">,
+): boolean {
   const family = FAMILIES.find((f) => miloFamily(f) === claim.spec.ipFamily);
   if (!family || claim.spec.className !== net.classes[family]) return false;
-  const have = isPlainObject(claim.spec.scope) ? claim.spec.scope : {};
-  const want = net.scope ?? {};
-  const roles = Object.keys(want);
-  if (Object.keys(have).length !== roles.length) return false;
-  return roles.every((role) => {
-    const ref = have[role];
-    return isPlainObject(ref) &&
-      Object.entries(want[role]).every(([k, v]) => v === undefined || ref[k] === v);
-  });
+  const want = net.scope ??
+    grantOf(node, podNamespaceOf(holderOf(claim)), network)?.grant.scope ?? {};
+  return namesScope(claim.spec.scope, want, "either");
 }

@@ -37,6 +37,12 @@ export function holderOf(claim: IPClaim): Holder {
   };
 }
 
+/** The namespace of the pod a holder records (`namespace/name`); undefined for none. */
+export function podNamespaceOf(h: Holder): string | undefined {
+  const slash = h.pod?.indexOf("/") ?? -1;
+  return slash > 0 ? h.pod!.slice(0, slash) : undefined;
+}
+
 /** A part of a claim's recorded holder that differs from an attachment's. */
 export type Mismatch = "attachment" | "node" | "host" | "network" | "pod";
 

@@ -2,8 +2,9 @@
  * The network config (the master's `ipam` block, a namespace user's) against
  * the node config: node settings refused unless equal to the node's, the
  * node's network defaults merged under it, and the result held to the one
- * schema (lib/config.ts), a scope's uid (lib/network_scope.ts) and the
- * node's timeouts (lib/network_timeouts.ts).
+ * schema (lib/config.ts) and the node's timeouts (lib/network_timeouts.ts).
+ * The scope and classes an ADD may claim with are the node's grant
+ * (lib/scope_grant.ts).
  */
 import { isPlainObject } from "./cni.ts";
 import {
@@ -15,7 +16,6 @@ import {
 } from "./config.ts";
 import { issuesOf, type KeyTree, keyTree, refuseUnknownKeys } from "./config_fields.ts";
 import { CniError } from "./errors.ts";
-import { refuseScopeUid } from "./network_scope.ts";
 import { networkTimeouts } from "./network_timeouts.ts";
 
 /** The ipam block's keys: the network keys, `type`, and node keys (refused by value). */
@@ -57,8 +57,6 @@ const MERGED = ["classes", "gateways", "prefixLengths"] as const;
  * MERGED objects). Timeouts above the node's limits are refused; below its
  * floor, an ADD is refused and any other verb is held to the floor (a
  * release is never refused for an attachment made before the floor was).
- * The ipam block may not pin a scope's uid (see {@link refuseScopeUid}); a
- * DEL, which makes no claim, reads it whatever it says.
  */
 export function parseNetwork(
   ipam: Record<string, unknown>,
@@ -67,7 +65,6 @@ export function parseNetwork(
 ): NetworkConfig {
   refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "");
   refuseNodeKeys(ipam, node);
-  if (verb !== "DEL") refuseScopeUid(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
   for (const key of NETWORK_KEYS) {
     if (ipam[key] === undefined) continue;

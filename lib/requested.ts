@@ -3,8 +3,10 @@
  * `ips` capability) and `CNI_ARGS` `IP=` (comma-separated, as the static IPAM
  * plugin reads it). Each pins its family's claim (`spec.address`); the mask
  * given is ignored (the result carries the class's prefix length). Milo calls
- * pinning "a separate and more privileged operation": it is a node privilege
- * (`allowRequestedAddresses`), refused otherwise (7, naming the key).
+ * pinning "a separate and more privileged operation": it is the node's to
+ * grant (`allowRequestedAddresses`: `true` for every namespace, or per
+ * namespace and network as identities are, lib/identity_grant.ts), refused
+ * otherwise (7, naming the key and the grant root would add).
  */
 import type { NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
@@ -16,6 +18,7 @@ export function requestedAddresses(
   conf: Pick<NetConf, "runtimeIps" | "network">,
   args: Record<string, string>,
   node: Pick<NodeConfig, "allowRequestedAddresses" | "path">,
+  a: { podNamespace?: string; network: string },
 ): Partial<Record<Family, string>> {
   const fromArgs = args.IP ? args.IP.split(",").map((s) => s.trim()).filter(Boolean) : [];
   const sources: [string, string[]][] = [
@@ -24,11 +27,20 @@ export function requestedAddresses(
   ];
   const given = sources.filter(([, list]) => list.length);
   if (!given.length) return {};
-  if (!node.allowRequestedAddresses) {
+  if (!granted(node.allowRequestedAddresses, a)) {
+    const where =
+      `${a.podNamespace ? `namespace ${a.podNamespace}` : "a pod without a namespace"}` +
+      ` on network ${JSON.stringify(clip(a.network, 80))}`;
+    const example = JSON.stringify({
+      ...(a.podNamespace ? { namespace: a.podNamespace } : {}),
+      network: clip(a.network, 80),
+    });
     throw new CniError(
       "config",
-      `${given[0][0]}: requested addresses are not allowed on this node`,
-      `pinning an address is a node privilege: set allowRequestedAddresses in ${node.path}`,
+      `${given[0][0]}: requested addresses are the node's to grant, and node config ${node.path} ` +
+        `does not grant them to ${where}`,
+      "pinning an address is a node privilege (Milo's \"separate and more privileged " +
+        `operation"): root adds ${example} to allowRequestedAddresses (true grants every namespace)`,
     );
   }
   const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network.classes)]);
@@ -71,4 +83,16 @@ function byFamily(
     out[c.family] = c.ip;
   }
   return out;
+}
+
+/** True when `allow` (the node's `allowRequestedAddresses`) grants the pod's namespace on the network. */
+function granted(
+  allow: NodeConfig["allowRequestedAddresses"],
+  a: { podNamespace?: string; network: string },
+): boolean {
+  if (typeof allow === "boolean") return allow;
+  return allow.some((g) =>
+    (g.namespace === undefined || g.namespace === a.podNamespace) &&
+    (g.network === undefined || g.network === a.network)
+  );
 }

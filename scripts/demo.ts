@@ -41,6 +41,16 @@ interface Demo {
   >;
 }
 
+/** The network's Network object: what its NAD names, without the uid root pins. */
+const NETWORK = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
+/** Root's grant: namespace shop's network claims in that Network's space, uid included. */
+const GRANT = {
+  namespace: "shop",
+  network: "vpc-7b3e",
+  scope: { network: { ...NETWORK, uid: "6f1c0b2e-8d4a-4c1e-9b7a-2e5d3f4a1c90" } },
+  classes: ["vpc-pods-ipv4", "vpc-pods-ipv6"],
+};
+
 function netConf(cluster: string, totalMs = 5000) {
   return {
     cniVersion: "1.1.0",
@@ -51,9 +61,7 @@ function netConf(cluster: string, totalMs = 5000) {
     ipam: {
       type: "milo-ipam",
       classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
-      scope: {
-        network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
-      },
+      scope: { network: NETWORK },
       gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
       timeouts: { requestMs: 1000, totalMs },
     },
@@ -80,6 +88,7 @@ async function installClusters(dir: string, milo: MiloDev): Promise<Record<strin
         log: { file: `${dir}/milo-ipam.log` },
         resultsDir: `${dir}/results`,
         stateDir: `${dir}/${cluster}/state`,
+        allowScopes: [GRANT],
       }),
     );
     installs[cluster] = await install({

@@ -117,6 +117,7 @@ export async function installPlugin(o: {
     stateDir,
     timeouts: { requestMs: 1000, totalMs: 4000 },
     gc: { minAgeS: 0 },
+    ...SCOPE_GRANT,
     ...(o.agent
       ? {
         agent: {
@@ -204,14 +205,23 @@ function agentControl(path: string, socket: string | undefined) {
   return { startAgent, stopAgent, agentPid: () => agent?.pid };
 }
 
+/** The scope of {@link netConfFor}'s networks. */
+const SCOPE = {
+  network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+};
+
+/**
+ * The node config's grant of that scope to every namespace's networks, as a
+ * cluster of one network grants it (a test of the grants sets `allowScopes`).
+ */
+export const SCOPE_GRANT = { allowScopes: [{ scope: SCOPE }] };
+
 /** A bridge network config delegating to milo-ipam; `ipam` and `top` override fields. */
 function netConfFor(classes?: Record<string, string>) {
   const baseIpam = {
     type: "milo-ipam",
     classes: classes ?? { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
-    scope: {
-      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
-    },
+    scope: SCOPE,
     gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
   };
   return (ipam: Record<string, unknown> = {}, top: Record<string, unknown> = {}) => ({

@@ -33,6 +33,15 @@ export const NET_CONF: Json = {
   },
 };
 
+/**
+ * The node config's grant of {@link NET_CONF}'s scope to every namespace's
+ * networks (the one space every claim of these tests is made in), as a
+ * cluster of one network grants it; a test of the grants sets its own.
+ */
+export const SCOPE_GRANT: Json = {
+  allowScopes: [{ scope: (NET_CONF.ipam as { scope: Json }).scope }],
+};
+
 /** The container ID of the fixtures' claims. */
 export const CONTAINER_ID = "9f0c1e6a4b2d48e7a1c3b5d7e9f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9";
 
@@ -91,6 +100,7 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
       stateDir: o.stateDir,
       resultsDirs: [o.resultsDir ?? `${o.stateDir}/results`],
       hostIdFile: `${o.stateDir}/machine-id`,
+      ...SCOPE_GRANT,
       ...o.node,
     },
     "/stub/node.json",

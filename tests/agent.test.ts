@@ -100,6 +100,7 @@ async function withAgent(
           stateDir: `${dir}/state`,
           timeouts: { requestMs: REQUEST_MS, totalMs: 4_000 },
           agent: { socket: `${dir}/run/agent.sock`, reconcileIntervalS: 86_400 },
+          allowScopes: [{ scope: NET_CONF.ipam.scope }],
           ...nodeOver,
         }),
       );

@@ -190,6 +190,7 @@ for (const mode of RUN_MODES) {
             // The agent's reconcile (run at its start) treats absent claims as the CLI's --grace 0.
             reconcile: { graceS: 0 },
             timeouts: { requestMs: 2000, totalMs: 10_000 },
+            allowScopes: [{ scope: IPAM.scope }],
           },
         });
         if (mode === "agent") await plug.startAgent();

@@ -36,6 +36,10 @@ const MISSING = await podmanMissing();
 const IN_CI = Boolean(Deno.env.get("CI"));
 const PODS = 8;
 const NETWORK = "mipod-e2e";
+/** The network's address space, which the node config grants it. */
+const SCOPE = {
+  network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NETWORK },
+};
 const BRIDGE = "mipod0";
 const IMAGE = "localhost/mi-busybox";
 const CLUSTER = "cluster-p";
@@ -98,7 +102,12 @@ Deno.test({
       node: NODE,
       classes: { ipv4: PODMAN_CLASS },
       // podman 4.3 keeps libcni's cache in its default place; reconcile must read that one.
-      nodeConfig: { resultsDir: LIBCNI_RESULTS, timeouts: { requestMs: 1000, totalMs: 3000 } },
+      nodeConfig: {
+        resultsDir: LIBCNI_RESULTS,
+        timeouts: { requestMs: 1000, totalMs: 3000 },
+        // podman's pods have no Kubernetes namespace: the grant names none.
+        allowScopes: [{ network: NETWORK, scope: SCOPE }],
+      },
     });
     podman = await Podman.create({ pluginDirs: [dirname(plugin.installed.path), CNI_PLUGINS] });
     await podman.importBusybox(IMAGE);
@@ -114,9 +123,7 @@ Deno.test({
         ipam: {
           type: "milo-ipam",
           classes: { ipv4: PODMAN_CLASS },
-          scope: {
-            network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NETWORK },
-          },
+          scope: SCOPE,
         },
       }],
     });

@@ -235,7 +235,7 @@ Deno.test("requested addresses: refused unless the node allows them (7 naming th
     await rejectsWith(
       add(inv({ ipam: V4, args: { IP: "10.40.0.50/24" } })),
       7,
-      /^CNI_ARGS IP: requested addresses are not allowed/,
+      /^CNI_ARGS IP: requested addresses are the node's to grant.*namespace shop/,
     );
     await rejectsWith(
       add(inv({ ipam: V4, top: { runtimeConfig: { ips: ["10.40.0.50/24"] } } })),
@@ -284,6 +284,37 @@ Deno.test("requested addresses: pinned as spec.address; taken is 103; malformed 
       /request different addresses/,
     );
     assert.equal(stub.seen("POST").length, 3, "only the taken address reached Milo");
+  });
+});
+
+Deno.test("requested addresses: granted per namespace and network as identities are; true grants every one", async () => {
+  await withVerb("ADD", async (stub, inv) => {
+    const grants = [{ namespace: "db" }, { namespace: "vms", network: "vpc-vms" }];
+    const pin = (ns: string, cid: string, allow: unknown = grants, network = "vpc-7b3e") =>
+      add(inv({
+        containerId: cid,
+        ipam: V4,
+        node: { allowRequestedAddresses: allow },
+        top: { name: network },
+        args: { K8S_POD_NAMESPACE: ns, K8S_POD_NAME: `${ns}-0`, IP: `10.40.0.${cid.length}` },
+      }));
+    await pin("db", "a");
+    await pin("vms", "bb", grants, "vpc-vms");
+    const e = await rejectsWith(
+      pin("shop", "ccc"),
+      7,
+      /^CNI_ARGS IP: requested addresses are the node's to grant, and node config \S+ does not grant them to namespace shop on network "vpc-7b3e"/,
+    );
+    assert.match(
+      e.details,
+      /root adds \{"namespace":"shop","network":"vpc-7b3e"\} to allowRequestedAddresses/,
+    );
+    await rejectsWith(pin("vms", "dddd"), 7, /does not grant them to namespace vms on network/);
+    await pin("shop", "eeeee", true);
+    const pinned = stub.seen("POST").map((p) =>
+      (p.body as { spec: { address?: string } }).spec.address
+    );
+    assert.deepEqual(pinned, ["10.40.0.1", "10.40.0.2", "10.40.0.5"]);
   });
 });
 

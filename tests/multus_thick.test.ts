@@ -75,6 +75,7 @@ Deno.test({
         const d of [
           "/etc/milo-ipam",
           "/run/milo-ipam-secrets",
+          "/run/milo-ipam-metrics",
           "/run/milo-ipam",
           "/var/lib/cni/results",
           "/var/lib/cni/multus/results",

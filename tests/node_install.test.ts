@@ -127,13 +127,14 @@ async function node(milo: MiloDev, image: string) {
       },
       stdin: {
         cniVersion: "1.0.0",
-        name: "vpc-7b3e",
+        // The README's network, which the overlay's node.json grants namespace shop.
+        name: "vpc7b3e",
         type: "bridge",
         ipam: {
           type: "milo-ipam",
           classes: { ipv4: "vpc-pods-ipv4" },
           scope: {
-            network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" },
+            network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc7b3e" },
           },
         },
       },

@@ -56,6 +56,7 @@ async function nodeConfig(dir: string, milo: MiloDev, node: string, extra = {}):
       stateDir: `${dir}/state-${node}`,
       hostIdFile: `${dir}/machine-id-${node}`,
       timeouts: { requestMs: 1_000, totalMs: 4_000 },
+      allowScopes: [{ scope: NET_CONF.ipam.scope }],
       ...extra,
     }),
   );
@@ -445,10 +446,16 @@ Deno.test("config: unknown keys are refused with code 7, naming the key and the 
     /ipam\.scope\.network\.nme: .*name$/,
   );
   assert.match(refused({ reclaimpolicy: "Delete" }), /ipam\.reclaimpolicy: .*reclaimPolicy$/);
-  // Every known key still passes; scope roles are free names (a uid as the node config's).
+  // Every known key still passes; scope roles are free names (what an ADD may claim in is the
+  // node's grant, lib/scope_grant.ts).
   const scope = { network: { apiGroup: "g", kind: "Network", name: "x", uid: "u" } };
   const pinned = parseNodeConfig(
-    { milo: { url: "https://milo.example.com", tokenFile: "/t" }, cluster: "c", node: "n", scope },
+    {
+      milo: { url: "https://milo.example.com", tokenFile: "/t" },
+      cluster: "c",
+      node: "n",
+      allowScopes: [{ scope }],
+    },
     "/etc/milo-ipam/node.json",
   );
   parseNetwork({

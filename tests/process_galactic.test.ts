@@ -128,6 +128,7 @@ async function withWorld(
 ): Promise<void> {
   const milo = await startMiloDev({ seed: seed() });
   const dir = await Deno.makeTempDir({ prefix: "galactic-master-" });
+  const readmeIpam = ((await readmeNad()).conflist.plugins as Json[])[0].ipam as Json;
   let plugin: TestPlugin | undefined;
   try {
     plugin = await installPlugin({
@@ -139,8 +140,10 @@ async function withWorld(
       nodeConfig: {
         // Steps that need fast failures lower their network's timeouts: the node allows it.
         timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 300, minTotalMs: 1000 },
-        // As the README's Galactic section grants the slot identity to the platform's NADs.
+        // As the README's Galactic section grants the slot identity to the platform's NADs; and
+        // the README's network's space to every chain here (the platform's NADs, not a user's).
         allowIdentities: [{ identity: "network" }],
+        allowScopes: [{ scope: readmeIpam.scope }],
       },
     });
     if (mode === "agent") await plugin.startAgent();

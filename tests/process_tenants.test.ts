@@ -276,3 +276,86 @@ Deno.test("churned pods of a network asking for pod identity pin nothing: only t
     await milo.stop();
   }
 });
+
+Deno.test("two namespaces name one network's scope, with and without its uid: shop's claims land in the space root pinned, attacker's are refused", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED, tls: true });
+  const ref = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
+  const pinned = { network: { ...ref, uid: "0b6f7c1e-52d4-4b7e-9a41-3f0c8d2e6a19" } };
+  const plugin = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    caFile: milo.caFile,
+    // Root pins shop's network to the Network's space, its uid included; nobody else's.
+    nodeConfig: {
+      allowScopes: [{
+        namespace: "shop",
+        network: "vpc-7b3e",
+        scope: pinned,
+        classes: ["vpc-pods-ipv4"],
+      }],
+    },
+  });
+  try {
+    const v4 = { classes: { ipv4: "vpc-pods-ipv4" } };
+    // shop's NADs: the README's (the scope without its uid), one with the uid, one naming none.
+    const shop = [
+      { containerId: "web-0", ipam: { ...v4, scope: { network: ref } } },
+      { containerId: "web-1", ipam: { ...v4, scope: pinned } },
+      { containerId: "web-2", ipam: { ...v4, scope: undefined } },
+    ];
+    for (const p of shop) {
+      assertOk(
+        await plugin.run({
+          command: "ADD",
+          containerId: p.containerId,
+          podNamespace: "shop",
+          podName: p.containerId,
+          stdin: plugin.netConf(p.ipam),
+        }),
+      );
+    }
+    // Namespace attacker's NAD names shop's network and scope, without the uid and with it.
+    for (const [i, scope] of [{ network: ref }, pinned].entries()) {
+      const r = await plugin.run({
+        command: "ADD",
+        containerId: `evil-${i}`,
+        podNamespace: "attacker",
+        podName: `evil-${i}`,
+        stdin: plugin.netConf({ ...v4, scope }),
+      });
+      assertCniError(
+        r,
+        7,
+        /field ipam\.scope: node config .* grants no address space to network "vpc-7b3e" of namespace attacker/,
+      );
+      assert.match(r.json?.details as string, /root adds \{"namespace":"attacker".*allowScopes/);
+    }
+    const claims = await milo.listClaims();
+    assert.equal(claims.length, 3, "shop's three claims, no other");
+    const holders = new Map<string, number>();
+    for (const c of claims) {
+      assert.deepEqual(c.spec.scope, pinned, `${c.metadata.name}: the space root pinned`);
+      const at = c.status.allocatedCIDR!;
+      holders.set(at, (holders.get(at) ?? 0) + 1);
+    }
+    assert.deepEqual([...holders.values()], [1, 1, 1], "each address held once");
+
+    // Root withdraws the grant: the pods' DELs release their claims all the same.
+    await plugin.setNode({ allowScopes: [] });
+    for (const p of shop) {
+      assertOk(
+        await plugin.run({
+          command: "DEL",
+          containerId: p.containerId,
+          podNamespace: "shop",
+          podName: p.containerId,
+          stdin: plugin.netConf(p.ipam),
+        }),
+      );
+    }
+    assert.deepEqual(await milo.listClaims(), [], "released without the grant");
+  } finally {
+    await plugin.cleanup();
+    await milo.stop();
+  }
+});

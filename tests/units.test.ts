@@ -63,6 +63,8 @@ Deno.test("config: a network config may not set node settings, unless equal to t
       [{ hostIdFile: "/tmp/id" }, "hostIdFile"],
       [{ milo: { namespace: "kube-system" } }, "milo"],
       [{ allowIdentities: [{ namespace: "evil" }] }, "allowIdentities"],
+      [{ allowScopes: [{ namespace: "evil", scope: {} }] }, "allowScopes"],
+      [{ allowRequestedAddresses: true }, "allowRequestedAddresses"],
     ] as const
   ) {
     throwsCni(() => parseNetConf(conf(over), n, "ADD"), 7, new RegExp(`ipam\\.${key}.*node`));
@@ -85,32 +87,6 @@ Deno.test("config: Retain is refused with code 7 naming the key, from the networ
   );
   const c = parseNetConf(conf({ reclaimPolicy: "Delete" }), n, "ADD");
   assert.equal(c.network.reclaimPolicy, "Delete");
-});
-
-Deno.test("config: a scope's uid (part of Milo's address space) is the node config's, not a network's", () => {
-  const ref = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
-  const uid = "0b6f7c1e-52d4-4b7e-9a41-3f0c8d2e6a19";
-  const pinned = { network: { ...ref, uid } };
-  for (const verb of ["ADD", "CHECK"] as const) {
-    throwsCni(
-      () => parseNetConf(conf({ scope: pinned }), node(), verb),
-      7,
-      /field ipam\.scope\.network\.uid: a network config may not set it, only the node config.*two spaces/,
-    );
-  }
-  const other = node({ scope: { network: { ...ref, uid: "another" } } });
-  throwsCni(() => parseNetConf(conf({ scope: pinned }), other, "ADD"), 7, /scope\.network\.uid/);
-  const root = node({ scope: pinned });
-  assert.deepEqual(parseNetConf(conf({ scope: pinned }), root, "ADD").network.scope, pinned);
-  assert.deepEqual(parseNetConf(conf({}), root, "ADD").network.scope, pinned);
-  assert.deepEqual(parseNetConf(conf({ scope: { network: ref } }), node(), "ADD").network.scope, {
-    network: ref,
-  });
-  assert.deepEqual(
-    parseNetConf(conf({ scope: pinned }), node(), "DEL").network.scope,
-    pinned,
-    "a DEL makes no claim: it is not refused",
-  );
 });
 
 Deno.test("config: resultsDirs, or resultsDir beside Multus's cache, or both defaults", () => {

@@ -54,6 +54,11 @@ export interface NetConf {
   [key: string]: unknown;
 }
 
+/** The address space of the e2e's networks, which each node config grants (testing/e2e/nodes.ts). */
+export const E2E_SCOPE = {
+  network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NET_BRIDGE },
+};
+
 /** The milo-ipam `ipam` block of a network (the same on every cluster: per-network keys only). */
 export function ipamBlock(
   timeouts: Timeouts,
@@ -62,9 +67,7 @@ export function ipamBlock(
   return {
     type: "milo-ipam",
     classes: { ipv4: "vpc-pods-ipv4" },
-    scope: {
-      network: { apiGroup: "networking.datumapis.com", kind: "Network", name: NET_BRIDGE },
-    },
+    scope: E2E_SCOPE,
     timeouts,
     ...extra,
   };

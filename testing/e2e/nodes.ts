@@ -5,6 +5,7 @@
  * plugin mid-call.
  */
 import { install } from "../../scripts/install.ts";
+import { E2E_SCOPE } from "./netconf.ts";
 import { clusterOf, type NodeName } from "./topology.ts";
 
 /** How the plugin runs on the nodes: alone, or as a thin client of a node agent. */
@@ -86,6 +87,8 @@ export async function installNode(o: NodeInstallOptions): Promise<NodeInstall> {
     gc: { minAgeS: 0 },
     // Scenario 8's db-0 keeps its address by pod identity: the node grants it to its namespace.
     allowIdentities: [{ namespace: "shop", identity: "pod" }],
+    // Every network of the e2e claims in one space, granted to each namespace's pods.
+    allowScopes: [{ scope: E2E_SCOPE }],
     ...(socket
       ? { agent: { socket, metrics, reconcileIntervalS: AGENT_RECONCILE_INTERVAL_S } }
       : {}),
