@@ -56,13 +56,18 @@ const PodSchema = z.object({
     uid: str,
     annotations: z.optional(z.nullable(z.record(str, str))),
   }),
-  spec: z.optional(z.object({ nodeName: opt })),
+  spec: z.optional(z.object({
+    nodeName: opt,
+    terminationGracePeriodSeconds: z.optional(z.nullable(z.number())),
+  })),
   status: z.optional(z.object({ phase: opt })),
 });
 const NodeSchema = z.object({
   metadata: z.object({ name: str }),
   status: z.optional(z.object({
-    conditions: z.optional(z.nullable(z.array(z.object({ type: str, status: str })))),
+    conditions: z.optional(
+      z.nullable(z.array(z.object({ type: str, status: str, lastTransitionTime: opt }))),
+    ),
   })),
 });
 const ListHeadSchema = z.object({ metadata: z.optional(z.object({ continue: opt })) });
@@ -78,6 +83,8 @@ type KubeStatus = z.infer<typeof StatusSchema>;
 export interface KubeNode {
   name: string;
   ready: boolean;
+  /** When its `Ready` condition last changed (`lastTransitionTime`, as the API wrote it). */
+  readySince?: string;
 }
 
 /** A pod as the sweep sees it. */
@@ -89,6 +96,8 @@ export interface KubePod {
   mirrorUid?: string;
   nodeName?: string;
   phase?: string;
+  /** Its `spec.terminationGracePeriodSeconds`: how long its kubelet lets it end. */
+  graceS?: number;
 }
 
 /** True when `pod` is the pod whose UID the kubelet passed as `uid` (itself, or its mirror). */
@@ -332,7 +341,11 @@ export class KubeClient {
 
 function nodeOf(n: z.infer<typeof NodeSchema>): KubeNode {
   const ready = n.status?.conditions?.find((c) => c.type === "Ready");
-  return { name: n.metadata.name, ready: !ready || ready.status === "True" };
+  return {
+    name: n.metadata.name,
+    ready: !ready || ready.status === "True",
+    ...(ready?.lastTransitionTime ? { readySince: ready.lastTransitionTime } : {}),
+  };
 }
 
 function podOf(p: z.infer<typeof PodSchema>): KubePod {
@@ -344,6 +357,9 @@ function podOf(p: z.infer<typeof PodSchema>): KubePod {
     mirrorUid: m.annotations?.[MIRROR_ANNOTATION] || undefined,
     nodeName: p.spec?.nodeName || undefined,
     phase: p.status?.phase,
+    ...(typeof p.spec?.terminationGracePeriodSeconds === "number"
+      ? { graceS: p.spec.terminationGracePeriodSeconds }
+      : {}),
   };
 }
 

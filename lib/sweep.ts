@@ -38,7 +38,16 @@ import {
   type SweepReport,
   type SweepRow,
 } from "./sweep_report.ts";
-import { type Judged, knownNode, mayStillRun, type NodeView, podRef } from "./sweep_rules.ts";
+import {
+  holdUntil,
+  type Judged,
+  knownNode,
+  mayStillRun,
+  NODE_MONITOR_GRACE_MS,
+  type NodeView,
+  podRef,
+  TERMINATION_GRACE_MS,
+} from "./sweep_rules.ts";
 import { after } from "./timers.ts";
 
 /** Everything one run needs. */
@@ -54,6 +63,14 @@ export interface SweepOptions {
   operationMs: number;
   now?: () => number;
   sleep?: (ms: number) => Promise<void>;
+  /**
+   * The termination grace a pod gone from the API on a node shown Ready is
+   * given before its claim goes (its re-created namesake's when longer);
+   * default {@link TERMINATION_GRACE_MS}.
+   */
+  terminationGraceMs?: number;
+  /** How long a partitioned node still shows Ready; default {@link NODE_MONITOR_GRACE_MS}. */
+  nodeMonitorGraceMs?: number;
   /** Candidates re-checked at once; default 8. */
   concurrency?: number;
   /** What an observation may keep of its candidates; default {@link claimListTally}'s. */
@@ -123,7 +140,10 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
     const first = await observe(o, now, report);
     let second = first;
     if (first.candidates.size) {
-      await (o.sleep ?? after)(o.intervalMs);
+      // A pod gone from a node shown Ready: a partition's first seconds look Ready too.
+      const ready = [...first.candidates.values()].some((c) => mayBeEnding(c, first));
+      const monitor = o.nodeMonitorGraceMs ?? NODE_MONITOR_GRACE_MS;
+      await (o.sleep ?? after)(ready ? Math.max(o.intervalMs, monitor) : o.intervalMs);
       second = await observe(o, now, report, first);
     }
     // The run's start on Milo's clock, at the earliest: the time from the start to the first
@@ -141,7 +161,7 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
           "pods with claims)",
       );
     }
-    await inPool(pending, o.concurrency ?? 8, (p) => recheck(o, p.row, p.c));
+    await inPool(pending, o.concurrency ?? 8, (p) => recheck(o, p.row, p.c, second.at, now));
   } catch (err) {
     if (!(err instanceof Brake)) throw err;
     for (const r of report.rows) {
@@ -205,6 +225,7 @@ async function observe(
     pods: pods.length,
     nodes: new Set(nodes.map((n) => n.name)),
     notReady: new Set(nodes.filter((n) => !n.ready).map((n) => n.name)),
+    readySince: new Map(nodes.map((n) => [n.name, n.readySince])),
     candidates: new Map(),
     seen: new Set(),
     claimedPods: 0,
@@ -309,7 +330,7 @@ function decide(
     };
     report.rows.push(row);
     const why = keptBecause(o, miloStart, c1, c2, first, second) ??
-      mayStillRun(c, first, second);
+      mayStillRun(c, first, second, o.nodeMonitorGraceMs ?? NODE_MONITOR_GRACE_MS);
     if (why) row.why = why;
     else pending.push({ row, c });
   }
@@ -347,11 +368,37 @@ function keptBecause(
   return null;
 }
 
-/** The re-check right before release: the pod by namespace/name, then the claim by uid. */
-async function recheck(o: SweepOptions, row: SweepRow, c: Candidate): Promise<void> {
+/**
+ * True when a candidate's pod is gone from the API while the node the claim
+ * records shows Ready: its kubelet may still be ending it (lib/sweep_rules.ts).
+ */
+function mayBeEnding(c: Candidate, obs: NodeView): boolean {
+  return !c.podExists && c.known !== undefined && !obs.notReady.has(c.known);
+}
+
+/**
+ * The re-check right before release: the pod by namespace/name (for a pod
+ * gone from a node shown Ready, again once its kubelet has certainly ended
+ * it: {@link holdUntil}), then the claim by uid.
+ */
+async function recheck(
+  o: SweepOptions,
+  row: SweepRow,
+  c: Candidate,
+  secondAt: number,
+  now: () => number,
+): Promise<void> {
   const ref = podRef(c.pod)!;
   try {
-    const pod = await o.kube.getPod(ref.namespace, ref.name);
+    let pod = await o.kube.getPod(ref.namespace, ref.name);
+    if (!(pod && podHasUid(pod, c.podUid)) && c.known !== undefined && !c.podExists) {
+      const graceMs = o.terminationGraceMs ?? TERMINATION_GRACE_MS;
+      const until = holdUntil(secondAt, graceMs, pod?.graceS);
+      if (now() < until) {
+        await (o.sleep ?? after)(until - now());
+        pod = await o.kube.getPod(ref.namespace, ref.name);
+      }
+    }
     if (pod && podHasUid(pod, c.podUid)) {
       row.why = `pod exists on re-check (node ${pod.nodeName ?? "none"}, phase ${pod.phase})`;
       return;

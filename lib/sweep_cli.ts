@@ -19,11 +19,13 @@ import {
   renderText,
   type SweepReport,
 } from "./sweep_report.ts";
+import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
 import { after } from "./timers.ts";
 
 /** The command line. */
 export const USAGE = "usage: milo-ipam sweep [--config FILE] [--kubeconfig FILE] [--apply] " +
-  "[--grace DURATION] [--interval DURATION] [--max-release N|P%] [--output text|json]";
+  "[--grace DURATION] [--interval DURATION] [--termination-grace DURATION] " +
+  "[--node-monitor-grace DURATION] [--max-release N|P%] [--output text|json]";
 
 const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -52,11 +54,19 @@ export interface SweepArgs {
   apply: boolean;
   graceMs: number;
   intervalMs: number;
+  terminationGraceMs: number;
+  nodeMonitorGraceMs: number;
   maxRelease: MaxRelease;
   output: "text" | "json";
 }
 
-const DEFAULTS = { graceMs: 600_000, intervalMs: 30_000, maxRelease: { percent: 25 } };
+const DEFAULTS = {
+  graceMs: 600_000,
+  intervalMs: 30_000,
+  terminationGraceMs: TERMINATION_GRACE_MS,
+  nodeMonitorGraceMs: NODE_MONITOR_GRACE_MS,
+  maxRelease: { percent: 25 },
+};
 const MAX_GRACE_MS = 30 * 86_400_000;
 const MAX_INTERVAL_MS = 3_600_000;
 
@@ -68,6 +78,8 @@ export function parseSweepArgs(args: string[]): SweepArgs {
     apply: { type: "boolean", default: false },
     grace: { type: "string" },
     interval: { type: "string" },
+    "termination-grace": { type: "string" },
+    "node-monitor-grace": { type: "string" },
     "max-release": { type: "string" },
     output: { type: "string", default: "text" },
   });
@@ -97,6 +109,18 @@ export function parseSweepArgs(args: string[]): SweepArgs {
     apply: values.apply,
     graceMs: duration("grace", values.grace, DEFAULTS.graceMs, MAX_GRACE_MS),
     intervalMs: duration("interval", values.interval, DEFAULTS.intervalMs, MAX_INTERVAL_MS),
+    terminationGraceMs: duration(
+      "termination-grace",
+      values["termination-grace"],
+      DEFAULTS.terminationGraceMs,
+      MAX_INTERVAL_MS,
+    ),
+    nodeMonitorGraceMs: duration(
+      "node-monitor-grace",
+      values["node-monitor-grace"],
+      DEFAULTS.nodeMonitorGraceMs,
+      MAX_INTERVAL_MS,
+    ),
     maxRelease,
     output: values.output,
   };

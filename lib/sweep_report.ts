@@ -2,6 +2,7 @@
  * The report of one `milo-ipam sweep` run: its stable JSON shape (documented
  * in the README), the exit codes, and the text form for a human.
  */
+import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
 
 /** Exit codes of `milo-ipam sweep`. */
 export const EXIT = { done: 0, error: 1, brake: 2, partial: 3 } as const;
@@ -56,6 +57,10 @@ export interface SweepReport {
   settings: {
     graceMs: number;
     intervalMs: number;
+    /** The termination grace a pod gone from a node shown Ready is given (its own when longer). */
+    terminationGraceMs: number;
+    /** How long a partitioned node still shows Ready (the node controller's grace and period). */
+    nodeMonitorGraceMs: number;
     maxRelease: string;
     maxReleaseLimit: number | null;
   };
@@ -90,6 +95,8 @@ export interface ReportSettings {
   apply: boolean;
   graceMs: number;
   intervalMs: number;
+  terminationGraceMs?: number;
+  nodeMonitorGraceMs?: number;
   maxRelease: MaxRelease;
 }
 
@@ -111,6 +118,8 @@ export function emptyReport(
     settings: {
       graceMs: o.graceMs,
       intervalMs: o.intervalMs,
+      terminationGraceMs: o.terminationGraceMs ?? TERMINATION_GRACE_MS,
+      nodeMonitorGraceMs: o.nodeMonitorGraceMs ?? NODE_MONITOR_GRACE_MS,
       maxRelease: formatMaxRelease(o.maxRelease),
       maxReleaseLimit: null,
     },
@@ -152,6 +161,9 @@ export function renderText(r: SweepReport): string {
       r.apply ? "apply" : "dry run (nothing is released; pass --apply)"
     }`,
     `grace ${formatDuration(s.graceMs)}, interval ${formatDuration(s.intervalMs)}, ` +
+    `termination grace ${formatDuration(s.terminationGraceMs)}, node monitor grace ${
+      formatDuration(s.nodeMonitorGraceMs)
+    }, ` +
     `max-release ${s.maxRelease}${s.maxReleaseLimit === null ? "" : ` (${s.maxReleaseLimit})`}`,
     ...r.observations.map((o, i) =>
       `observation ${i + 1} at ${o.at}: ${o.claims} claims, ${o.pods} pods, ${o.nodes} nodes, ` +

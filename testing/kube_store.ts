@@ -29,6 +29,8 @@ export interface PodInput {
   /** Default `Running`. */
   phase?: string;
   annotations?: Record<string, string>;
+  /** `spec.terminationGracePeriodSeconds`; default the fixture's (Kubernetes' default, 30). */
+  graceS?: number;
 }
 
 /**
@@ -82,6 +84,7 @@ export class KubeStore {
     const spec = pod.spec as Record<string, unknown>;
     if (p.nodeName) spec.nodeName = p.nodeName;
     else delete spec.nodeName;
+    if (p.graceS !== undefined) spec.terminationGracePeriodSeconds = p.graceS;
     const { podIP: _p, podIPs: _ps, hostIP: _h, hostIPs: _hs, ...status } = pod.status as Record<
       string,
       unknown
@@ -123,11 +126,20 @@ export class KubeStore {
 
   /**
    * Sets a node's `Ready` condition: `Unknown` as the node controller marks a
-   * node it lost contact with, `False` for a failing kubelet.
+   * node it lost contact with, `False` for a failing kubelet. A change of
+   * status moves its `lastTransitionTime` to `at` (default now), as the
+   * kubelet and the node controller write it (k8s.io/kubernetes
+   * `pkg/kubelet/nodestatus/setters.go` `ReadyCondition`).
    */
-  setNodeReady(name: string, status: "True" | "False" | "Unknown"): void {
-    const st = this.#nodes.get(name)?.status as { conditions: { type: string; status: string }[] };
-    for (const c of st.conditions) if (c.type === "Ready") c.status = status;
+  setNodeReady(name: string, status: "True" | "False" | "Unknown", at = new Date()): void {
+    const st = this.#nodes.get(name)?.status as {
+      conditions: { type: string; status: string; lastTransitionTime?: string }[];
+    };
+    for (const c of st.conditions) {
+      if (c.type !== "Ready" || c.status === status) continue;
+      c.status = status;
+      c.lastTransitionTime = at.toISOString().replace(/\.\d+Z$/, "Z");
+    }
     this.#rv++;
   }
 

@@ -14,6 +14,17 @@ import { claimBody, miloApi, nextSecond, startMiloDev } from "../testing/milo_de
 import { installPlugin } from "../testing/plugin.ts";
 import { assertOk, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
+/**
+ * Short timings the process tests can afford (the defaults: 10m grace, 30s interval, a node
+ * monitor grace of 55s and a termination grace of 30s before a pod gone from a Ready node goes).
+ * Kinder than the defaults on purpose: here the point is the installed sweep's sandbox, brakes
+ * and scale; the timing rules run at their defaults in tests/sweep.test.ts.
+ */
+const FAST = [
+  ...["--grace", "0s", "--interval", "1s"],
+  ...["--termination-grace", "0s", "--node-monitor-grace", "0s"],
+];
+
 const b64 = (text: string) => btoa(text);
 
 function kubeconfig(server: string, ca: string, token: string): string {
@@ -60,7 +71,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
     });
     assert.equal(foreign.status, 201);
     await nextSecond(2);
-    const base = ["--grace", "0s", "--interval", "1s", "--max-release", "100%"];
+    const base = [...FAST, "--max-release", "100%"];
 
     await t.step("dry run by default: reports would-release, releases nothing", async () => {
       const r = await sweep(...base);
@@ -75,7 +86,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
       "a brake: the claims of more pods than --max-release, exit 2, nothing released",
       async () => {
         const r = await sweep(
-          ...["--grace", "0s", "--interval", "1s", "--max-release", "1"],
+          ...[...FAST, "--max-release", "1"],
           ...["--apply", "--output", "json"],
         );
         assert.equal(r.code, 2, r.stdout + r.stderr);
@@ -90,7 +101,7 @@ Deno.test("sweep: dry run, apply, brakes and sandbox through the installed file"
     await t.step(
       "the default --max-release: 2 of 4 pods in a small cluster is no brake",
       async () => {
-        const r = await sweep("--grace", "0s", "--interval", "1s", "--output", "json");
+        const r = await sweep(...FAST, "--output", "json");
         assert.equal(r.code, 0, r.stdout + r.stderr);
         assert.equal(json(r).settings.maxReleaseLimit, 2, "25% of 4 pods, the floor of 2");
       },
@@ -245,7 +256,7 @@ Deno.test("sweep: Milo's one-answer LIST of 60,000 claims, every one counted, in
     const time = "/usr/bin/time";
     const timed = await Deno.stat(time).then(() => true, () => false);
     const args = [
-      ...["sweep", "--kubeconfig", kcfg, "--grace", "0s", "--interval", "1s"],
+      ...["sweep", "--kubeconfig", kcfg, ...FAST],
       ...["--output", "json"],
     ];
     const r = await execCni(timed ? time : p.installed.path, {

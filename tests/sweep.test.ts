@@ -7,6 +7,7 @@ import { KubeClient } from "../lib/kube.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { sweep, type SweepOptions } from "../lib/sweep.ts";
 import type { SweepReport } from "../lib/sweep_report.ts";
+import { NODE_MONITOR_GRACE_MS, terminatingRule } from "../lib/sweep_rules.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
 const CLUSTER = "cluster-a";
@@ -227,7 +228,9 @@ Deno.test("an orphan is released; live, pod-UID-less claims are no candidates", 
   assert.deepEqual([...w.milo.claims.keys()].sort(), ["c-docker", "c-web-0"]);
   assert.equal(r.totals.withoutPodUid, 1);
   assert.equal(r.totals.claims, 3);
-  assert.deepEqual(w.sleeps, [30_000]);
+  // Its node shows Ready: the observations are a node monitor grace apart (a partition's first
+  // seconds look Ready), and the release waits the pod's termination grace after the second.
+  assert.deepEqual(w.sleeps, [55_000, 40_000]);
   assert.equal(r.observations.length, 2);
 });
 
@@ -354,11 +357,12 @@ Deno.test("pagination: claims, pods and nodes over several pages, each page once
   assert.equal(w.kube.count("/api/v1/pods"), 4); // 2 pages × 2
   assert.equal(w.kube.count("/api/v1/nodes"), 4);
   assert.equal(w.kube.log.filter((l) => l.search.includes("continue=")).length, 4);
-  // Re-check: one pod GET, one claim GET and one DELETE per candidate, nothing else.
-  assert.equal(w.kube.log.filter((l) => l.path.includes("/namespaces/")).length, 3);
+  // Re-check: a pod GET per candidate, again after the termination hold for the one that waited
+  // it (the others' re-checks come after it), one claim GET and one DELETE each, nothing else.
+  assert.equal(w.kube.log.filter((l) => l.path.includes("/namespaces/")).length, 4);
   assert.equal(w.milo.log.filter((l) => /^GET \/c-/.test(l)).length, 3);
   assert.equal(r.requests.milo, 8 + 6);
-  assert.equal(r.requests.kubernetes, 8 + 3);
+  assert.equal(r.requests.kubernetes, 8 + 4);
 });
 
 Deno.test("a candidate whose pod reappears in the second observation is kept", async () => {
@@ -525,9 +529,10 @@ Deno.test("grace is measured on Milo's clock, behind or ahead of the sweeper's",
       const r = await w.run({ graceMs: 10 * MIN });
       assert.equal(row(r, "c-fresh").action, "kept");
       assert.equal(row(r, "c-fresh").why, "younger than --grace");
-      assert.equal(row(r, "c-fresh").ageMs, 35_000, "on Milo's clock, at the second observation");
+      // The second observation a node monitor grace (55 s) after the first.
+      assert.equal(row(r, "c-fresh").ageMs, 60_000, "on Milo's clock, at the second observation");
       assert.equal(row(r, "c-old").action, "released");
-      assert.equal(row(r, "c-old").ageMs, 20 * MIN + 30_000);
+      assert.equal(row(r, "c-old").ageMs, 20 * MIN + 55_000);
       assert.deepEqual(w.deletes(), ["DELETE /c-old"]);
     });
   }
@@ -811,4 +816,56 @@ Deno.test("140 pending pods with 256 KiB of annotations each do not stop the swe
   assert.equal(row(r, "c-gone-0").action, "released");
   assert.equal(r.observations[0].pods, 142);
   assert.equal(w.kube.count("/api/v1/pods"), 2, "one page of 250 per observation");
+});
+
+Deno.test("a pod force-deleted from a partitioned node, its node Ready again: released only once its kubelet has ended it", async () => {
+  const w = world();
+  // db-0 was force-deleted while node-1 was partitioned, and its StatefulSet made it again on
+  // node-2, with the template's termination grace of 5 minutes.
+  w.kube.store.setNodeReady("node-1", "Unknown", new Date(w.clock - 600_000));
+  w.orphan("db-0", "node-1");
+  w.kube.store.addPod({ namespace: "shop", name: "db-0", nodeName: "node-2", graceS: 300 });
+  const first = await w.run();
+  assert.equal(row(first, "c-db-0").action, "kept", "its node is not Ready");
+  // node-1 comes back: its kubelet hears the pod is gone and ends the orphan within its grace,
+  // whose sandbox (and address) lives until then.
+  const back = w.clock;
+  w.kube.store.setNodeReady("node-1", "True", new Date(back));
+  const sandboxEnds = back + 300_000;
+  let deletedAt: number | undefined;
+  w.milo.onDelete = () => deletedAt = w.clock;
+  const r = await w.run();
+  assert.equal(row(r, "c-db-0").action, "released");
+  assert.ok(deletedAt! >= sandboxEnds, `released at +${deletedAt! - back} ms, not before +300 s`);
+});
+
+Deno.test("a pod gone from a node whose Ready changed between the observations is judged by the next run", async () => {
+  const w = world();
+  w.orphan("flapping", "node-2");
+  let flips = 0;
+  w.between = () => {
+    // node-2 lost and found again between the two observations (a short partition).
+    if (flips++) return;
+    w.kube.store.setNodeReady("node-2", "Unknown", new Date(w.clock - 20_000));
+    w.kube.store.setNodeReady("node-2", "True", new Date(w.clock - 5_000));
+  };
+  const r = await w.run();
+  assert.equal(row(r, "c-flapping").action, "kept");
+  assert.match(row(r, "c-flapping").why, /node-2 became Ready again between the observations/);
+  assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("terminatingRule(): a node partitioned just before the first observation still looks Ready: kept", () => {
+  const view = (at: number) => ({
+    at,
+    nodes: new Set(["node-1"]),
+    notReady: new Set<string>(),
+    readySince: new Map([["node-1", "2026-12-01T00:00:00Z"]]),
+  });
+  const c = { pod: "shop/db-0", node: "node-1", known: "node-1", podExists: false };
+  assert.match(
+    terminatingRule(c, view(T0), view(T0 + 30_000), NODE_MONITOR_GRACE_MS)!,
+    /a partition's first 55 s look Ready too: observations 30 s apart/,
+  );
+  assert.equal(terminatingRule(c, view(T0), view(T0 + 55_000), NODE_MONITOR_GRACE_MS), null);
 });

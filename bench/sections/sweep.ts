@@ -89,6 +89,11 @@ async function run(dev: MiloDev, kube: KubeDev, apply: boolean, claims: number, 
     apply,
     graceMs: 0,
     intervalMs: INTERVAL_MS,
+    // Timed here: reading and judging. The waits for a pod gone from a Ready node (a node
+    // monitor grace between the observations, then its termination grace) are the rules'
+    // own, whatever the cluster's size.
+    nodeMonitorGraceMs: 0,
+    terminationGraceMs: 0,
     maxRelease: { count: claims },
     operationMs: PRODUCTION_TIMEOUTS.totalMs,
   });
