@@ -29,6 +29,7 @@ import type { Attachment } from "./claims.ts";
 import { attachmentHash } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
+import { galacticOf } from "./evidence.ts";
 import { bootId } from "./host.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
@@ -63,6 +64,8 @@ export interface Holding {
    */
   boot?: string;
   network: string;
+  /** A galactic attachment's identifiers: reconcile needs evidence to judge it (lib/evidence.ts). */
+  galactic?: { vpc: string; vpcattachment: string };
   containerId: string;
   ifname: string;
   claims: HeldClaim[];
@@ -247,6 +250,7 @@ function fields(a: Attachment, claims: HeldClaim[]) {
     ...(host ? { host } : {}),
     ...(node ? { node } : {}),
     network,
+    ...galacticOf(a),
     containerId,
     ifname,
     claims,

@@ -22,9 +22,10 @@
  *    another host under this node name are reported, and claims that record
  *    no host are left alone.
  */
-import { nodeSelector } from "./claims.ts";
+import { KEYS, nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, redactedJson, toCniError } from "./errors.ts";
+import { sawLive, withoutEvidence } from "./evidence.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
@@ -131,7 +132,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   report.live = live.containers.size;
   report.caches = live.dirs;
   const previous = await readState(stateFileOf(node), now());
-  const next: State = { absent: {}, baseline: previous.baseline };
+  const next: State = { absent: {}, seen: {}, baseline: previous.baseline };
   const candidates: Recorded[] = [];
   const dead: Recorded[] = [];
   let absent = 0;
@@ -147,6 +148,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     if (journaled.has(name)) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
     if (isLive(live, h.containerId)) {
+      sawLive(next, c);
       keep("live: a result cache names its container");
       continue;
     }
@@ -154,6 +156,11 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
       // Proven dead, not judged absent: neither a second observation nor a brake waits for it.
       absent++;
       dead.push(c);
+      continue;
+    }
+    const unproven = withoutEvidence(previous, next, c);
+    if (unproven) {
+      keep(unproven);
       continue;
     }
     const seen = previous.absent[name]?.uid === c.uid ? previous.absent[name] : undefined;
@@ -216,6 +223,9 @@ async function listIntoRecord(
       network: h.network ?? "",
       containerId: h.containerId,
       ifname: h.ifname,
+      // A galactic attachment is marked in the record (lib/evidence.ts) as its claim records it.
+      vpc: claim.metadata.annotations?.[KEYS.vpc],
+      vpcattachment: claim.metadata.annotations?.[KEYS.vpcattachment],
     };
     const address = claim.status.allocatedCIDR;
     holdings.adopt(a, { name: claim.metadata.name, uid: claim.metadata.uid, address }, now);

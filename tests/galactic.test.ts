@@ -1,7 +1,9 @@
 /**
- * What milo-ipam does for a galactic config (lib/galactic.ts) in-process over
- * the stub: gateways required, every claim held (Retain), one slot per
- * attachment value, an old-named slot released by the node's record. `tests/process_galactic.test.ts` runs the same
+ * What milo-ipam does for a galactic config (lib/galactic.ts, lib/evidence.ts)
+ * in-process over the stub: gateways required, every claim held (Retain),
+ * one slot per attachment value, an old-named slot released by the node's
+ * record, and reconcile judging a galactic attachment by its absence only
+ * once a cache named it. `tests/process_galactic.test.ts` runs the same
  * rules through the galactic stand-in.
  */
 import assert from "node:assert/strict";
@@ -10,11 +12,21 @@ import { check } from "../lib/check.ts";
 import { del } from "../lib/del.ts";
 import { CniError } from "../lib/errors.ts";
 import { galacticValue, isGalactic } from "../lib/galactic.ts";
+import { Holdings } from "../lib/holdings.ts";
+import { reconcile, type ReconcileReport } from "../lib/reconcile.ts";
 import { sha256Hex } from "../lib/sha256.ts";
-import { type InvocationOptions, withVerb } from "../testing/stub_invocation.ts";
+import {
+  existingClaim,
+  invocation,
+  type InvocationOptions,
+  withTempDir,
+  withVerb,
+} from "../testing/stub_invocation.ts";
+import { StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 /** A galactic master's identifiers (base62, as its masters require). */
 const GALACTIC = { vpc: "7b3e", vpcattachment: "a1" };
+const GRACE_MS = 300_000;
 
 Deno.test("isGalactic(): vpc and vpcattachment both base62; galacticValue() is the value they encode", () => {
   assert.ok(isGalactic(GALACTIC));
@@ -102,5 +114,99 @@ Deno.test("one galactic attachment, one slot: DEL of a slot named by an earlier 
     const r = await del(inv({ ...slot, command: "DEL" }));
     assert.ok(r.claims.includes(old), JSON.stringify(r));
     assert.deepEqual(stub.all(), [], "the old-named slot is released");
+  });
+});
+
+/** A node with galactic and other attachments recorded an hour ago, and its result cache. */
+async function world(dir: string) {
+  const stub = new StubMilo();
+  const clock = { t: Date.now() };
+  stub.now = () => clock.t - 3_600_000;
+  const addOf = (cid: string, o: Partial<InvocationOptions> = {}) =>
+    invocation(stub, { command: "ADD", stateDir: dir, containerId: cid, ...o });
+  const lease = (cid: string, o: Partial<InvocationOptions> = {}, record = true) => {
+    const inv = addOf(cid, o);
+    const claims = [existingClaim(stub, inv, "ipv4"), existingClaim(stub, inv, "ipv6")];
+    const held = claims.map((c) => ({ name: c.metadata.name, uid: c.metadata.uid }));
+    if (record) inv.holdings.held(inv.attachment, `add-${cid}`, held, clock.t - 3_600_000);
+    return claims;
+  };
+  const node = addOf("x").node;
+  const [cacheDir] = node.resultsDirs;
+  await Deno.mkdir(cacheDir, { recursive: true });
+  const cache = async (cid: string, present = true) => {
+    const path = `${cacheDir}/net-${cid}-eth0`;
+    if (!present) return await Deno.remove(path);
+    await Deno.writeTextFile(path, JSON.stringify({ kind: "cniCacheV1", containerId: cid }));
+  };
+  const run = (force = false) =>
+    reconcile({
+      node,
+      milo: stub.client(),
+      graceMs: GRACE_MS,
+      dryRun: false,
+      force,
+      now: () => clock.t,
+    });
+  return { stub, clock, lease, cache, run };
+}
+
+const names = (claims: WireClaim[]) => claims.map((c) => c.metadata.name).sort();
+const keptWhy = (r: ReconcileReport, claims: WireClaim[]) =>
+  claims.map((c) => r.kept.find((k) => k.claim === c.metadata.name)?.reason ?? "(not kept)");
+
+Deno.test("reconcile: a galactic attachment no cache has named is not released by its absence, even forced; once named, it is", async () => {
+  await withTempDir(async (dir) => {
+    const w = await world(dir);
+    const live = w.lease("live", { top: GALACTIC });
+    await w.cache("live");
+    const vm = w.lease("vm", { top: { ...GALACTIC, vpcattachment: "b2" } });
+    // Not a galactic config: judged as before, absent twice a grace apart.
+    const plain = w.lease("plain");
+    for (let i = 0; i < 3; i++) {
+      const r = await w.run(i === 2);
+      for (const why of keptWhy(r, vm)) assert.match(why, /^galactic attachment no result cache/);
+      w.clock.t += GRACE_MS;
+    }
+    assert.deepEqual(
+      names(w.stub.all()),
+      names([...live, ...vm]),
+      "the plain orphan went, the VM stayed",
+    );
+    // Its runtime caches it now (named once), then it goes without a DEL: absent twice, released.
+    await w.cache("vm");
+    assert.deepEqual(
+      keptWhy(await w.run(), vm),
+      vm.map(() => "live: a result cache names its container"),
+    );
+    await w.cache("vm", false);
+    await w.run();
+    w.clock.t += GRACE_MS;
+    const r = await w.run();
+    assert.deepEqual(r.released.map((x) => x.claim).sort(), names(vm));
+    assert.deepEqual(names(w.stub.all()), names(live));
+    assert.ok(!names(plain).some((n) => names(w.stub.all()).includes(n)));
+  });
+});
+
+Deno.test("reconcile: a galactic claim found in Milo without a record (a lost stateDir) waits for a cache too", async () => {
+  await withTempDir(async (dir) => {
+    const w = await world(dir);
+    await w.cache("live");
+    w.lease("live", { top: GALACTIC }, false);
+    const vm = w.lease("vm", { top: GALACTIC, containerId: "vm" }, false);
+    for (let i = 0; i < 3; i++) {
+      const r = await w.run();
+      if (i === 0) assert.ok(r.listed, "no record: Milo listed into it");
+      for (const why of keptWhy(r, vm)) assert.match(why, /^galactic attachment no result cache/);
+      w.clock.t += GRACE_MS;
+    }
+    const marked = new Holdings(dir).all().map(({ h }) => [h.containerId, h.galactic]);
+    assert.deepEqual(
+      marked.sort(),
+      [["live", GALACTIC], ["vm", GALACTIC]],
+      "the record marks them from the claims' annotations",
+    );
+    assert.equal(w.stub.all().length, 4);
   });
 });

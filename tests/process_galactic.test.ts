@@ -11,7 +11,8 @@
  * makes, the DEL failure it swallows, the verbs it never delegates, the slots
  * of two namespaces, the address Milo holds while galactic may still
  * announce it, a Deployment's rolling update on the README's attachment, a
- * NAD without gateways, one attachment spelled two ways. Each ADD and DEL runs the chain as libcni does, the
+ * NAD without gateways, one attachment spelled two ways, a VM whose runtime
+ * keeps no result cache. Each ADD and DEL runs the chain as libcni does, the
  * master then galactic-bgp (testing/galactic/bgp.ts). After every case, the
  * ledger: Milo's claims of the test's cluster (and its retained addresses)
  * against the attachments the chain reported live, and what galactic
@@ -1109,6 +1110,55 @@ for (const mode of MODES) {
             "the VM's next pod gets the attachment's address, however spelled, as net1",
           );
           await ledger("one attachment, one slot");
+        },
+      );
+
+      await t.step(
+        "a VM behind galactic-tap whose runtime keeps no result cache: reconcile releases nothing of it; once a cache named it, its absence does",
+        async () => {
+          const vm = await attach(chain("galactic-tap", "d0", { ipam: { identity: "network" } }));
+          await addOk("galactic-tap", "vm-d0", vm, { pod: "virt-launcher-d0-x1x1x", cache: false });
+          const held = (await claimsOf("vm-d0")).map((c) => c.metadata.name).sort();
+          assert.equal(held.length, 2);
+          type Report = {
+            released: { claim: string; via: string }[];
+            kept: { claim: string; reason: string }[];
+          };
+          // --force: past the brakes, which judge the node's caches as a whole, not one claim.
+          const reconcile = async () => {
+            const rec = await plugin.run({
+              command: "",
+              args: ["reconcile", "--grace", "0", "--force"],
+            });
+            assert.equal(rec.code, 0, rec.stdout);
+            return rec.json as Report;
+          };
+          for (let i = 0; i < 3; i++) {
+            const report = await reconcile();
+            assert.deepEqual(report.released, [], `run ${i}: ${JSON.stringify(report.released)}`);
+            for (const name of held) {
+              const why = report.kept.find((k) => k.claim === name)?.reason ?? "";
+              assert.match(why, /no result cache has named yet: no evidence it is gone/);
+            }
+          }
+          assert.deepEqual((await claimsOf("vm-d0")).map((c) => c.metadata.name).sort(), held);
+          await ledger("a VM whose runtime keeps no result cache, after reconciles");
+          // A runtime that caches it (Kata's, a CRI sandbox): named once, then gone without a DEL
+          // (its cache and sandbox with it): absent twice, it is released.
+          await Deno.writeTextFile(
+            cache("vm-d0"),
+            JSON.stringify({ kind: "cniCacheV1", containerId: "vm-d0", ifName: "eth0" }),
+          );
+          assert.deepEqual((await reconcile()).released, []);
+          await removed("vm-d0");
+          await reconcile();
+          const gone = await reconcile();
+          assert.deepEqual(
+            gone.released.map((x) => `${x.via}:${x.claim}`).sort(),
+            held.map((n) => `orphan:${n}`),
+          );
+          assert.deepEqual(await claimsOf("vm-d0"), []);
+          await ledger("the VM gone without a DEL, once a cache had named it");
         },
       );
 
