@@ -101,10 +101,9 @@ const NAME_PREFIX: Record<Identity, string> = {
  * network's name, and the interface; {@link slotKey}). Every retry and
  * every DEL derives the same name; a re-created pod (`pod`) or the slot's
  * next pod (`network`) derives it again, which is what re-binds its retained
- * address in Milo. A slot belongs to one
- * namespace: another namespace's config, whatever it names, derives another
- * name. Pod identity without the pod's namespace and name is a config error
- * (7), never the container's name.
+ * address in Milo. A slot belongs to one namespace: another namespace's
+ * config, whatever it names, derives another name. Pod identity without the
+ * pod's namespace and name is a config error (7), never the container's name.
  */
 export function claimName(a: Named, family: Family): string {
   const fam = family === "ipv4" ? "v4" : "v6";

@@ -15,8 +15,10 @@
  *    half of the last clean run's), unless forced. A claim of a record an ADD
  *    of an earlier boot wrote (lib/host.ts `bootId`, read twice alike) whose
  *    container no cache names is released at once, past the brakes: every
- *    sandbox of that boot died with it. Only this machine's records are
- *    judged: this host's, under this node's name (lib/reconcile_records.ts).
+ *    sandbox of that boot died with it. A galactic attachment is judged by
+ *    its absence only once a cache has named it (lib/evidence.ts). Only this
+ *    machine's records are judged: this host's, under this node's name
+ *    (lib/reconcile_records.ts).
  *    Milo is listed only when the node has no record yet (its first run, a
  *    lost `stateDir`): its host's claims are added to the record, claims of
  *    another host under this node name are reported, and claims that record
