@@ -55,12 +55,13 @@ const README = new URL("../README.md", import.meta.url);
 const LEASE = "5m";
 
 type Master = "galactic-veth" | "galactic-tap";
-/** An IPv4 CIDR's address as a number, for first-fit order. */
-const ipv4Number = (cidr: string) =>
-  cidr.split("/")[0].split(".").reduce((n, o) => n * 256 + Number(o), 0);
 type Plugin = Master | "galactic-bgp";
 type Json = Record<string, unknown>;
 type Ip = { address: string; gateway?: string; interface?: number };
+
+/** An IPv4 CIDR's address as a number, for first-fit order. */
+const ipv4Number = (cidr: string) =>
+  cidr.split("/")[0].split(".").reduce((n, o) => n * 256 + Number(o), 0);
 
 /**
  * The plugin seed with the vpc classes' `retentionLease` (the platform's hold, see the
