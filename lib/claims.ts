@@ -13,6 +13,7 @@ import {
   specialUse,
 } from "./ip.ts";
 import type { IPClaim } from "./milo_objects.ts";
+import { galacticValue, isGalactic } from "./galactic.ts";
 import { hostId } from "./host.ts";
 import { sha256Hex } from "./sha256.ts";
 
@@ -95,14 +96,14 @@ const NAME_PREFIX: Record<Identity, string> = {
  * Deterministic DNS-1123 claim name of one family, by the network's identity:
  * `pod-…` from (cluster, container, interface), `podid-…` from (cluster, pod
  * namespace, pod name, network, interface), `slot-…` from (cluster, pod
- * namespace, and what galactic keys an interface by: `vpc` and
- * `vpcattachment` when the master config has both, else the network's name;
- * interface). Every retry and every DEL derives the same name; a re-created
- * pod (`pod`) or the slot's next pod (`network`) derives it again, which is
- * what re-binds its retained address in Milo. A slot belongs to one
- * namespace: another namespace's config, whatever it names, derives another
- * name. Pod identity without the pod's namespace and name is a config error
- * (7), never the container's name.
+ * namespace, and what galactic keys an attachment by: the values of `vpc` and
+ * `vpcattachment` in a galactic config; else both as written, or the
+ * network's name, and the interface; {@link slotKey}). Every retry and
+ * every DEL derives the same name; a re-created pod (`pod`) or the slot's
+ * next pod (`network`) derives it again, which is what re-binds its retained
+ * address in Milo. A slot belongs to one namespace: another namespace's
+ * config, whatever it names, derives another name. Pod identity without the
+ * pod's namespace and name is a config error (7), never the container's name.
  */
 export function claimName(a: Named, family: Family): string {
   const fam = family === "ipv4" ? "v4" : "v6";
@@ -123,13 +124,20 @@ export function claimName(a: Named, family: Family): string {
 }
 
 /**
- * What a slot (`network` identity) is named from. galactic keys an interface by
- * (`vpc`, `vpcattachment`) (datum-cloud/galactic `internal/crdnames/crdnames.go`
- * BGPAdvertisementName, `internal/plumbing/intf/intf.go`), never by the
- * conflist's free-text `name`, which its NADs reuse across namespaces and VPCs.
+ * What a slot (`network` identity) is named from. A galactic config's slot is
+ * what galactic keys an attachment by: the values `vpc` and `vpcattachment`
+ * encode (datum-cloud/galactic `internal/crdnames/crdnames.go`
+ * BGPAdvertisementName, `internal/plumbing/intf/intf.go`; see lib/galactic.ts),
+ * not their spelling nor the interface name the runtime gives it (`eth0`, or
+ * Multus's `net1` by annotation order), and never the conflist's free-text
+ * `name`, which its NADs reuse across namespaces and VPCs. Other configs keep
+ * the raw values or the network's name, and the interface.
  */
 function slotKey(a: Named): string[] {
   const ns = a.podNamespace ?? "";
+  if (isGalactic(a)) {
+    return ["slot-galactic", a.cluster, ns, galacticValue(a.vpc), galacticValue(a.vpcattachment)];
+  }
   return a.vpc !== undefined && a.vpcattachment !== undefined
     ? ["slot-vpc", a.cluster, ns, a.vpc, a.vpcattachment, a.ifname]
     : ["slot-net", a.cluster, ns, a.network ?? "", a.ifname];
@@ -200,9 +208,22 @@ export function ownership(
 }
 
 /**
- * The IPClaim create body for one family: Retain under pod or network
- * identity (the address waits for the same name), `spec.address` when one
- * was requested (lib/requested.ts).
+ * True when `a`'s claims are made with reclaimPolicy Retain: under pod or
+ * network identity (the address waits for the same name), and under every
+ * identity of a galactic config, whose released address galactic may still
+ * announce (datum-cloud/galactic `internal/cnibgp/ops_del.go` leaves the
+ * attachment's BGPAdvertisement; `internal/cnibgp/bgp.go` prunes it at the
+ * attachment's next ADD, `internal/gc/gc.go` drops it once none of its
+ * sandboxes lives): Milo keeps it for the class's `retentionLease`, and no
+ * other claim gets it meanwhile.
+ */
+export function retains(a: Pick<Attachment, "identity" | "vpc" | "vpcattachment">): boolean {
+  return (a.identity ?? "attachment") !== "attachment" || isGalactic(a);
+}
+
+/**
+ * The IPClaim create body for one family: Retain where {@link retains} says,
+ * `spec.address` when one was requested (lib/requested.ts).
  */
 export function claimBody(
   namespace: string,
@@ -223,7 +244,7 @@ export function claimBody(
       ipFamily: miloFamily(family),
       ...(net.scope && Object.keys(net.scope).length ? { scope: net.scope } : {}),
       ...(address ? { address } : {}),
-      reclaimPolicy: (a.identity ?? "attachment") === "attachment" ? net.reclaimPolicy : "Retain",
+      reclaimPolicy: retains(a) ? "Retain" : net.reclaimPolicy,
     },
   };
 }

@@ -29,6 +29,7 @@ import type { Attachment } from "./claims.ts";
 import { attachmentHash } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
+import { galacticOf } from "./evidence.ts";
 import { bootId } from "./host.ts";
 import { afterAdd, beginAdd, type HeldClaim, type Holding } from "./lease.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
@@ -220,6 +221,7 @@ function fields(a: Attachment, claims: HeldClaim[]) {
     ...(host ? { host } : {}),
     ...(node ? { node } : {}),
     network,
+    ...galacticOf(a),
     containerId,
     ifname,
     claims,

@@ -66,6 +66,8 @@ export interface Holding {
    */
   boot?: string;
   network: string;
+  /** A galactic attachment's identifiers: reconcile needs evidence to judge it (lib/evidence.ts). */
+  galactic?: { vpc: string; vpcattachment: string };
   containerId: string;
   ifname: string;
   claims: HeldClaim[];

@@ -312,6 +312,8 @@ export function stateFileOf(node: NodeConfig): string {
 export interface State {
   /** Claims absent from the caches: when first seen absent, and their uid then. */
   absent: Record<string, { firstAbsent: number; uid?: string }>;
+  /** Claims of galactic attachments a cache has named: their uid then (lib/evidence.ts). */
+  seen: Record<string, string>;
   baseline?: Baseline;
   /** Live claims last found in Milo as recorded (ms, the node's clock), by name. */
   verified?: Record<string, number>;
@@ -332,7 +334,9 @@ export async function readState(path: string, now: number): Promise<State> {
   try {
     v = JSON.parse(await Deno.readTextFile(path));
   } catch (err) {
-    if (err instanceof Deno.errors.NotFound || err instanceof SyntaxError) return { absent: {} };
+    if (err instanceof Deno.errors.NotFound || err instanceof SyntaxError) {
+      return { absent: {}, seen: {} };
+    }
     throw new CniError("io", `cannot read reconcile state ${path}`, errorText(err));
   }
   const doc = isPlainObject(v) ? v : {};
@@ -345,6 +349,11 @@ export async function readState(path: string, now: number): Promise<State> {
       : now;
     absent[name] = { firstAbsent: at, uid: typeof s.uid === "string" ? s.uid : undefined };
   }
+  const seen = Object.fromEntries(
+    Object.entries(isPlainObject(doc.seen) ? doc.seen : {}).filter(([, u]) =>
+      typeof u === "string"
+    ),
+  ) as State["seen"];
   const b = doc.baseline;
   const baseline = isPlainObject(b) && typeof b.live === "number" && typeof b.at === "number"
     ? { live: b.live, at: b.at }
@@ -354,5 +363,5 @@ export async function readState(path: string, now: number): Promise<State> {
     if (typeof at === "number" && Number.isFinite(at)) verified[name] = Math.min(at, now);
   }
   const findings = isPlainObject(doc.findings) ? doc.findings as State["findings"] : undefined;
-  return { absent, baseline, verified, ...(findings ? { findings } : {}) };
+  return { absent, seen, baseline, verified, ...(findings ? { findings } : {}) };
 }

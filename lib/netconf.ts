@@ -1,12 +1,14 @@
 /**
  * The master plugin's network config on stdin, for one verb: the version
  * first (code 1), the fields milo-ipam reads (code 7, naming the field), the
- * ipam block against the node config, `prevResult` for CHECK and the
- * attachment list for GC.
+ * ipam block against the node config (a galactic config's ADD needs its
+ * gateways, lib/galactic.ts), `prevResult` for CHECK and the attachment list
+ * for GC.
  */
 import { isPlainObject, MAX_VALUE_CHARS, requireVersion, type Verb } from "./cni.ts";
 import type { NetworkConfig, NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
+import { requireGateways } from "./galactic.ts";
 import { type Cidr, type Family, parseCidr } from "./ip.ts";
 import { parseNetwork } from "./network_config.ts";
 
@@ -53,15 +55,20 @@ export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetCo
   if (raw.ipam.type !== "milo-ipam") {
     throw new CniError("config", "field ipam.type: must be milo-ipam");
   }
+  const ids = {
+    vpc: optionalString(raw, "vpc"),
+    vpcattachment: optionalString(raw, "vpcattachment"),
+  };
+  const network = parseNetwork(raw.ipam, node, verb);
+  if (verb === "ADD") requireGateways(ids, network);
   return {
     cniVersion,
     name,
-    vpc: optionalString(raw, "vpc"),
-    vpcattachment: optionalString(raw, "vpcattachment"),
+    ...ids,
     prevResult: verb === "CHECK" ? parsePrevResult(raw.prevResult) : undefined,
     runtimeIps: verb === "ADD" ? parseRuntimeIps(raw.runtimeConfig) : undefined,
     validAttachments: verb === "GC" ? parseValidAttachments(raw) : undefined,
-    network: parseNetwork(raw.ipam, node, verb),
+    network,
   };
 }
 

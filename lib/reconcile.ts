@@ -15,16 +15,19 @@
  *    half of the last clean run's), unless forced. A claim of a record an ADD
  *    of an earlier boot wrote (lib/host.ts `bootId`, read twice alike) whose
  *    container no cache names is released at once, past the brakes: every
- *    sandbox of that boot died with it. Only this machine's records are
- *    judged: this host's, under this node's name (lib/reconcile_records.ts).
+ *    sandbox of that boot died with it. A galactic attachment is judged by
+ *    its absence only once a cache has named it (lib/evidence.ts). Only this
+ *    machine's records are judged: this host's, under this node's name
+ *    (lib/reconcile_records.ts).
  *    Milo is listed only when the node has no record yet (its first run, a
  *    lost `stateDir`): its host's claims are added to the record, claims of
  *    another host under this node name are reported, and claims that record
  *    no host are left alone.
  */
-import { nodeSelector } from "./claims.ts";
+import { KEYS, nodeSelector } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
+import { sawLive, withoutEvidence } from "./evidence.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
@@ -148,7 +151,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   report.live = live.containers.size;
   report.caches = live.dirs;
   const previous = await readState(stateFileOf(node), now());
-  const next: State = { absent: {}, baseline: previous.baseline };
+  const next: State = { absent: {}, seen: {}, baseline: previous.baseline };
   const candidates: Recorded[] = [];
   const held: VerifyRun["claims"] = [];
   const dead: Recorded[] = [];
@@ -165,6 +168,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     if (journaled.has(name)) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
     if (isLive(live, h.containerId)) {
+      sawLive(next, c);
       keep("live: a result cache names its container");
       const claim = h.claims.find((x) => x.name === name);
       if (h.state === "held" && !c.earlierBoot && claim) held.push({ c: claim, h });
@@ -174,6 +178,11 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
       // Proven dead, not judged absent: neither a second observation nor a brake waits for it.
       absent++;
       dead.push(c);
+      continue;
+    }
+    const unproven = withoutEvidence(previous, next, c);
+    if (unproven) {
+      keep(unproven);
       continue;
     }
     const seen = previous.absent[name]?.uid === c.uid ? previous.absent[name] : undefined;
@@ -287,6 +296,9 @@ async function listIntoRecord(
       network: h.network ?? "",
       containerId: h.containerId,
       ifname: h.ifname,
+      // A galactic attachment is marked in the record (lib/evidence.ts) as its claim records it.
+      vpc: claim.metadata.annotations?.[KEYS.vpc],
+      vpcattachment: claim.metadata.annotations?.[KEYS.vpcattachment],
     };
     const address = claim.status.allocatedCIDR;
     holdings.adopt(a, { name: claim.metadata.name, uid: claim.metadata.uid, address }, now);

@@ -1,7 +1,7 @@
 /**
  * A `network` slot belongs to one namespace and is named by what galactic keys
- * an interface by (vpc, vpcattachment), and an ADD's error names nothing of a
- * holder in another namespace, over the in-memory stub.
+ * an attachment by (the values of vpc and vpcattachment), and an ADD's error
+ * names nothing of a holder in another namespace, over the in-memory stub.
  */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
@@ -54,7 +54,7 @@ function assertNamesNothingOf(text: string, claim: ReturnType<StubMilo["all"]>[n
   for (const v of ["db-0", "db/", "node-db"]) assert.ok(!text.includes(v), `${v} in: ${text}`);
 }
 
-Deno.test("slot names: (cluster, namespace, vpc, vpcattachment, ifname); the network's name only without a vpc", () => {
+Deno.test("slot names: a galactic config's from (cluster, namespace, the values of vpc and vpcattachment); the network's name only without a vpc", () => {
   const slot = {
     cluster: "c",
     containerId: CID_DB,
@@ -78,12 +78,23 @@ Deno.test("slot names: (cluster, namespace, vpc, vpcattachment, ifname); the net
       { podNamespace: undefined },
       { vpc: "20" },
       { vpcattachment: "11" },
+      { vpc: "1A" },
+      { vpc: "1a" },
       { cluster: "c2" },
-      { ifname: "net1" },
     ]
   ) {
     assert.notEqual(claimName({ ...slot, ...other }, "ipv4"), name, JSON.stringify(other));
   }
+  // galactic keys an attachment by the base62 values (internal/crdnames/crdnames.go through
+  // intf.Base62ToHex, internal/plumbing/intf/intf.go zero-padded): one attachment, one slot,
+  // whatever its spelling or the interface the runtime names (Multus's net1 by annotation order).
+  for (const same of [{ vpc: "010" }, { vpcattachment: "0010" }, { ifname: "net1" }]) {
+    assert.equal(claimName({ ...slot, ...same }, "ipv4"), name, JSON.stringify(same));
+  }
+  // Not base62 (no galactic master delegates it): the values as written, and the interface.
+  const raw = { ...slot, vpc: "vpc-10" };
+  assert.notEqual(claimName({ ...raw, ifname: "net1" }, "ipv4"), claimName(raw, "ipv4"));
+  assert.notEqual(claimName({ ...raw, vpc: "vpc-010" }, "ipv4"), claimName(raw, "ipv4"));
   // Without vpc and vpcattachment (a master other than galactic's): the network's name.
   const plain = { ...slot, vpc: undefined, vpcattachment: undefined };
   assert.notEqual(claimName(plain, "ipv4"), name);
