@@ -9,7 +9,6 @@ import {
   httpClientFor,
   miloFetchFailure,
   miloHeaders,
-  parseJson,
   readAnswer,
   readToken,
   retryAfterMs,
@@ -24,6 +23,7 @@ import {
   type StreamRead,
 } from "./milo_lists.ts";
 import {
+  answerJson,
   API_PATH,
   type IPAllocation,
   type IPClaim,
@@ -346,7 +346,7 @@ export class MiloClient {
           return { status: 200, body: undefined, date };
         }
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
-        const json = parseJson(text);
+        const json = answerJson(text, what);
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status) || also?.(res.status, st)) {
           if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {
