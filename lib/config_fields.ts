@@ -85,9 +85,9 @@ export function nearestKey(key: string, known: readonly string[]): string | unde
 }
 
 /**
- * Most entries of a record of the schema (a scope's roles: Milo's classes
- * name one or two), checked before any entry is: the schema's cost is its
- * entries, each an object of its own.
+ * Most entries of a record of the schema (a scope's roles, of which a
+ * class's `uniqueWithin` names a few), counted before any entry is checked:
+ * the schema's cost is its entries, each an object of its own.
  */
 export const MAX_RECORD_KEYS = 16;
 
