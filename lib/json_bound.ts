@@ -5,8 +5,8 @@
  * costs it 5-50 ms, which a node agent serving other tenants cannot spend on
  * one call, while the same MiB as a few plain strings costs under 1 ms. One
  * pass counts what costs; a text over the bound is refused before it is
- * parsed. Measured on a 2-core node: the pass and `JSON.parse` of the worst
- * MiB within {@link JSON_BOUND} take under 5 ms together (bench/README.md).
+ * parsed. Within {@link JSON_BOUND}, a call's parsing of the costliest MiB
+ * took at most 3.3 ms (p50) on a 2-core node (bench/parse.ts, docs/limits.md).
  */
 
 /** What a bounded JSON text may hold. */
@@ -21,9 +21,9 @@ export interface JsonBound {
 
 /**
  * The bound of the JSON a call reads: 8,192 entries (a GC's list of 2,700
- * attachments; fifty times a claim of Milo's, managed fields and all), 64
- * levels (ten times what a network config or a Milo object nests), 8,192
- * escapes (a text escapes a few quotes).
+ * attachments; a bound claim of Milo's has 37), 64 levels (ten times what a
+ * network config or a Milo object nests), 8,192 escapes (a text escapes a
+ * few quotes).
  */
 export const JSON_BOUND: JsonBound = { entries: 8_192, depth: 64, escapes: 8_192 };
 
@@ -33,11 +33,12 @@ const OPEN_OBJECT = 0x7b, OPEN_ARRAY = 0x5b, CLOSE_OBJECT = 0x7d, CLOSE_ARRAY = 
 const STRUCTURE = /["{}[\],]/g;
 
 /**
- * Why `text` exceeds `bound` (`more than 16384 objects, lists and commas`),
- * or undefined when it does not. One pass: the regular expression engine
- * skips to each structural character, `indexOf` to each string's end, each
- * position passed once. It does not validate (JSON.parse does, after): what
- * it miscounts in a text that is not JSON, JSON.parse refuses.
+ * Why `text` exceeds `bound` (`more than 8192 objects, lists and commas`), or
+ * undefined when it does not. One pass: the regular expression engine skips
+ * to each structural character, `indexOf` to each string's end and to each
+ * backslash, each character read at most twice. It does not validate
+ * (JSON.parse does, after): what it miscounts in a text that is not JSON,
+ * JSON.parse refuses.
  */
 export function overBound(text: string, bound: JsonBound = JSON_BOUND): string | undefined {
   let entries = 0, depth = 0, escapes = 0;
