@@ -12,8 +12,8 @@
  * node's) or a Milo answer as lib/milo.ts reads one (bound, parse, schema).
  */
 import { parseNodeConfig } from "../lib/config.ts";
-import { JSON_BOUND } from "../lib/json_bound.ts";
-import { answerJson, IPClaimSchema, parse, statusOf } from "../lib/milo_objects.ts";
+import { answerJson, JSON_BOUND } from "../lib/json_bound.ts";
+import { IPClaimSchema, parse, statusOf } from "../lib/milo_objects.ts";
 import { netConfOf, stdinJson } from "../lib/netconf.ts";
 import { decodeStdin, MAX_STDIN_BYTES } from "../lib/stdin.ts";
 
@@ -161,7 +161,7 @@ for (const [what, text, verb] of stdin) {
   ]);
 }
 for (const [what, text, read] of milo) {
-  const t = time(() => read(answerJson(text, "GET")));
+  const t = time(() => read(answerJson(text, "GET", "Milo")));
   rows.push([
     `Milo: ${what}`,
     `${text.length}`,

@@ -9,6 +9,8 @@
  * took at most 3.3 ms (p50) on a 2-core node (bench/parse.ts, docs/limits.md).
  */
 
+import { CniError } from "./errors.ts";
+
 /** What a bounded JSON text may hold. */
 export interface JsonBound {
   /** Objects, lists and commas between entries (`{`, `[`, `,` outside strings). */
@@ -89,4 +91,21 @@ export function parseBounded(text: string, bound: JsonBound = JSON_BOUND): Bound
   } catch (err) {
     return { ok: false, why: err instanceof Error ? err.message : String(err), over: false };
   }
+}
+
+/**
+ * The answer of `server` to `what` (method and path) as JSON, or undefined
+ * when it is not JSON; over {@link JSON_BOUND} a protocol error (105) before
+ * it is parsed.
+ */
+export function answerJson(text: string, what: string, server: string): unknown {
+  const r = parseBounded(text);
+  if (r.ok) return r.value;
+  if (!r.over) return undefined;
+  throw new CniError(
+    "protocol",
+    `${what}: ${server}'s answer has ${r.why}`,
+    `an answer is held to ${JSON_BOUND.entries} objects, lists and commas, ${JSON_BOUND.depth} ` +
+      `levels and ${JSON_BOUND.escapes} escapes before it is parsed (docs/limits.md)`,
+  );
 }

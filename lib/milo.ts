@@ -23,7 +23,6 @@ import {
   type StreamRead,
 } from "./milo_lists.ts";
 import {
-  answerJson,
   API_PATH,
   type IPAllocation,
   type IPClaim,
@@ -36,6 +35,7 @@ import {
   statusError,
   statusOf,
 } from "./milo_objects.ts";
+import { answerJson } from "./json_bound.ts";
 import { type Release, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
@@ -346,7 +346,7 @@ export class MiloClient {
           return { status: 200, body: undefined, date };
         }
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
-        const json = answerJson(text, what);
+        const json = answerJson(text, what, "Milo");
         const st = res.ok ? undefined : statusOf(json);
         if (accept.includes(res.status) || also?.(res.status, st)) {
           if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== name)) {

@@ -9,7 +9,6 @@ import { PREFIX } from "./claims.ts";
 import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 import { isPlainObject } from "./cni.ts";
-import { JSON_BOUND, parseBounded } from "./json_bound.ts";
 import { type ListBound, ListTally } from "./list_bound.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
@@ -237,22 +236,6 @@ const StatusSchema = z.looseObject({
 
 /** The Status object Milo sends with every error, its texts clipped ({@link quotedText}). */
 export type MiloStatus = z.infer<typeof StatusSchema>;
-
-/**
- * An answer's text as JSON, or undefined when it is not JSON; a text over
- * {@link JSON_BOUND} is a protocol error (105) before it is parsed.
- */
-export function answerJson(text: string, what: string): unknown {
-  const r = parseBounded(text);
-  if (r.ok) return r.value;
-  if (!r.over) return undefined;
-  throw new CniError(
-    "protocol",
-    `${what}: Milo's answer has ${r.why}`,
-    `an answer is held to ${JSON_BOUND.entries} objects, lists and commas, ${JSON_BOUND.depth} ` +
-      `levels and ${JSON_BOUND.escapes} escapes before it is parsed (docs/limits.md)`,
-  );
-}
 
 /** The Status object in an error body, if it is one. */
 export function statusOf(json: unknown): MiloStatus | undefined {
