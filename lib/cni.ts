@@ -1,4 +1,4 @@
-import { CniError } from "./errors.ts";
+import { clip, CniError } from "./errors.ts";
 import { type Cidr, FAMILIES, type Family, formatCidr } from "./ip.ts";
 
 /** Longest value milo-ipam copies into a claim's annotations (a Kubernetes name's limit). */
@@ -71,14 +71,31 @@ export function requireVersion(version: string, verb: Verb): void {
   }
 }
 
-/** Parses `CNI_ARGS` (`K=V;K=V`). */
+/**
+ * Longest `CNI_ARGS` read: a runtime's (`IgnoreUnknown`, the pod's namespace,
+ * name, UID and sandbox ID, a requested `IP`) is under 1,000 characters.
+ */
+export const MAX_CNI_ARGS_CHARS = 4096;
+
+/** Parses `CNI_ARGS` (`K=V;K=V`); a text over {@link MAX_CNI_ARGS_CHARS} is refused unread. */
 export function parseCniArgs(text: string | undefined): Record<string, string> {
   const out: Record<string, string> = {};
+  if ((text?.length ?? 0) > MAX_CNI_ARGS_CHARS) {
+    throw new CniError(
+      "env",
+      `CNI_ARGS is ${text!.length} characters; at most ${MAX_CNI_ARGS_CHARS} (MAX_CNI_ARGS_CHARS)`,
+      "the runtime's arguments (the pod's namespace, name and UID) take a few hundred",
+    );
+  }
   for (const part of (text ?? "").split(";")) {
     if (!part) continue;
     const eq = part.indexOf("=");
     if (eq <= 0) {
-      throw new CniError("env", "CNI_ARGS is malformed", `entry "${part}" is not KEY=VALUE`);
+      throw new CniError(
+        "env",
+        "CNI_ARGS is malformed",
+        `entry ${JSON.stringify(clip(part, 80))} is not KEY=VALUE`,
+      );
     }
     out[part.slice(0, eq)] = part.slice(eq + 1);
   }
@@ -112,7 +129,7 @@ export function readCniEnv(get: (name: string) => string | undefined): CniEnv {
     return v;
   };
   const containerId = need("CNI_CONTAINERID", perAttachment);
-  if (containerId && (!CONTAINER_ID.test(containerId) || containerId.length > MAX_VALUE_CHARS)) {
+  if (containerId && (containerId.length > MAX_VALUE_CHARS || !CONTAINER_ID.test(containerId))) {
     throw new CniError(
       "env",
       "CNI_CONTAINERID is invalid",

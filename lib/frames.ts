@@ -58,37 +58,49 @@ export function writeRequest(
   return writeAll(conn, framed(new TextEncoder().encode(JSON.stringify(header)), stdin));
 }
 
-/** Reads frames from a connection; `next()` answers null at end of stream. */
+/**
+ * Reads frames from a connection; `next()` answers null at end of stream.
+ * A frame is read into a buffer of its size, each byte copied once: what is
+ * read ahead of it comes from a buffer of one read, the rest of a large frame
+ * straight from the connection.
+ */
 export class FrameReader {
-  #buf = new Uint8Array(0);
+  readonly #ahead = new Uint8Array(64 * 1024);
+  /** The bytes read ahead and not yet taken: `#ahead[#start, #end)`. */
+  #start = 0;
+  #end = 0;
   readonly #conn: Deno.Conn;
 
   constructor(conn: Deno.Conn) {
     this.#conn = conn;
   }
 
-  async #fill(n: number): Promise<boolean> {
-    while (this.#buf.byteLength < n) {
-      const chunk = new Uint8Array(Math.max(64 * 1024, n - this.#buf.byteLength));
-      const got = await this.#conn.read(chunk);
+  /** Fills `out` from what was read ahead, then from the connection; false at end of stream. */
+  async #fill(out: Uint8Array): Promise<boolean> {
+    let at = 0;
+    for (;;) {
+      const n = Math.min(this.#end - this.#start, out.length - at);
+      out.set(this.#ahead.subarray(this.#start, this.#start + n), at);
+      this.#start += n;
+      at += n;
+      if (at === out.length) return true;
+      const into = out.length - at >= this.#ahead.length ? out.subarray(at) : this.#ahead;
+      const got = await this.#conn.read(into);
       if (got === null) return false;
-      const merged = new Uint8Array(this.#buf.byteLength + got);
-      merged.set(this.#buf);
-      merged.set(chunk.subarray(0, got), this.#buf.byteLength);
-      this.#buf = merged;
+      if (into === this.#ahead) [this.#start, this.#end] = [0, got];
+      else at += got;
+      if (at === out.length) return true;
     }
-    return true;
   }
 
   /** The next frame's bytes, or null when the stream ended first. */
   async next(): Promise<Uint8Array | null> {
-    if (!await this.#fill(4)) return null;
-    const len = new DataView(this.#buf.buffer, this.#buf.byteOffset).getUint32(0);
+    const head = new Uint8Array(4);
+    if (!await this.#fill(head)) return null;
+    const len = new DataView(head.buffer).getUint32(0);
     if (len > MAX_FRAME_BYTES) throw new Error(`frame of ${len} bytes exceeds the limit`);
-    if (!await this.#fill(4 + len)) return null;
-    const frame = this.#buf.slice(4, 4 + len);
-    this.#buf = this.#buf.slice(4 + len);
-    return frame;
+    const frame = new Uint8Array(len);
+    return await this.#fill(frame) ? frame : null;
   }
 
   /**

@@ -8,7 +8,7 @@ import { check } from "./check.ts";
 import { attachmentOf, canName } from "./claims.ts";
 import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
-import { type NetConf, parseNetConf } from "./netconf.ts";
+import { type NetConf, netConfOf, stdinJson } from "./netconf.ts";
 import { del, journalUnreached } from "./del.ts";
 import { CniError, toCniError } from "./errors.ts";
 import { gc } from "./gc.ts";
@@ -55,6 +55,12 @@ export interface InvokeDeps {
     deadline: number,
     flow: { route: Route; purpose: Purpose },
   ): Promise<MiloClient>;
+  /**
+   * Told the latest deadline the call may have (ms since epoch: the node's
+   * `totalMs` from the start, which a network may only lower) once the node
+   * config is read, before the network config on stdin is parsed.
+   */
+  onBound?(deadline: number): void;
   /** Told the final deadline (ms since epoch) and the result's version once the config fixes them. */
   onDeadline?(deadline: number, cniVersion: string): void;
   now?(): number;
@@ -112,11 +118,13 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     const pod = cni.args.K8S_POD_NAME;
     if (pod) record.pod = `${cni.args.K8S_POD_NAMESPACE ?? ""}/${pod}`;
     node = await deps.nodeConfig();
+    deps.onBound?.(req.started + node.timeouts.totalMs);
     record.node = node.node;
     requireStateFormat(node.stateDir);
     stateOk = true;
-    cniVersion = versionOf(stdin);
-    conf = parseNetConf(stdin, node, verb);
+    const raw = stdinJson(stdin);
+    cniVersion = versionOf(raw);
+    conf = netConfOf(raw, node, verb);
     record.network = conf.name;
     const t = conf.network.timeouts;
     const final = req.started + t.totalMs;

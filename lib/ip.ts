@@ -17,8 +17,12 @@ export interface Cidr extends Ip {
 
 const IPV4 = /^(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)){3}$/;
 
+/** Longest text of an IP address: IPv6 with an IPv4 tail, every group written in full. */
+const MAX_IP_CHARS = 45;
+
 /** Parses an IPv4 or IPv6 address into canonical text, or null. */
 export function parseIp(text: string): Ip | null {
+  if (text.length > MAX_IP_CHARS) return null;
   if (IPV4.test(text)) return { family: "ipv4", ip: text };
   if (!text.includes(":") || !/^[0-9a-fA-F:.]+$/.test(text)) return null;
   try {

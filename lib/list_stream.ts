@@ -7,6 +7,7 @@
  * ends. Anything that is not one JSON object of that shape is an error.
  */
 import { clip, CniError, QUOTE_CHARS } from "./errors.ts";
+import { type JsonBound, overBound } from "./json_bound.ts";
 
 /** How one list answer is read. */
 export interface ListReadOptions {
@@ -18,6 +19,8 @@ export interface ListReadOptions {
   item: (value: unknown) => void;
   /** Called as each chunk of the body arrives (a request's idle timeout). */
   onChunk?: () => void;
+  /** What an item may hold (lib/json_bound.ts), checked before it is parsed; none when absent. */
+  bound?: JsonBound;
 }
 
 /** Largest top-level field other than `items` (`metadata`, `kind`), in bytes. */
@@ -94,7 +97,7 @@ async function readItems(r: ByteReader, o: ListReadOptions): Promise<void> {
       c = await r.peek();
     }
     if (c === -1) throw r.malformed("the answer ends inside items");
-    o.item(r.parse(await r.value(o.maxItemBytes, `item ${n}`)));
+    o.item(r.parse(await r.value(o.maxItemBytes, `item ${n}`), o.bound));
   }
 }
 
@@ -149,10 +152,20 @@ class ByteReader {
     }
   }
 
-  /** The text of one value as JSON.parse reads it, or a protocol error. */
-  parse(bytes: Uint8Array): unknown {
+  /** The text of one value as JSON.parse reads it (within `bound`), or a protocol error. */
+  parse(bytes: Uint8Array, bound?: JsonBound): unknown {
+    const text = this.#decoder.decode(bytes);
+    const over = bound && overBound(text, bound);
+    if (over) {
+      throw new CniError(
+        "protocol",
+        `${this.what} has an item with ${over}`,
+        `an item is held to ${bound.entries} objects, lists and commas, ${bound.depth} levels ` +
+          `and ${bound.escapes} escapes before it is parsed (docs/limits.md)`,
+      );
+    }
     try {
-      return JSON.parse(this.#decoder.decode(bytes));
+      return JSON.parse(text);
     } catch (err) {
       throw this.malformed(clip(err instanceof Error ? err.message : String(err), QUOTE_CHARS));
     }

@@ -10,7 +10,6 @@ import {
   miloFetchFailure,
   miloHeaders,
   neverSent,
-  parseJson,
   readAnswer,
   readToken,
   retryAfterMs,
@@ -37,6 +36,7 @@ import {
   statusError,
   statusOf,
 } from "./milo_objects.ts";
+import { answerJson } from "./json_bound.ts";
 import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
@@ -368,7 +368,7 @@ export class MiloClient {
           return { status: 200, body: undefined, date };
         }
         const text = await readAnswer(res, MAX_BODY_BYTES, what, "Milo");
-        const json = parseJson(text);
+        const json = answerJson(text, what, "Milo");
         const st = res.ok ? undefined : statusOf(json);
         if (o.accept.includes(res.status) || o.also?.(res.status, st)) {
           if (res.status === 404 && (st?.reason !== "NotFound" || st.details?.name !== o.name)) {

@@ -4,6 +4,7 @@
  * checked as they arrive and the items kept bounded across the pages.
  */
 import { CniError, errorText } from "./errors.ts";
+import { JSON_BOUND } from "./json_bound.ts";
 import { keptSize } from "./list_bound.ts";
 import { readList } from "./list_stream.ts";
 import {
@@ -77,6 +78,7 @@ export async function scanList<T extends z.ZodMiniType>(
       head = await readList(body, {
         what: `Milo's ${list.kind}`,
         maxItemBytes: MAX_BODY_BYTES,
+        bound: JSON_BOUND,
         onChunk: moved,
         item: (item) => void (n++, visit(parse(list.schema, item, `${list.kind} item`), date)),
       }).catch((err) => {

@@ -8,6 +8,7 @@ import * as z from "zod/mini";
 import { PREFIX } from "./claims.ts";
 import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
+import { isPlainObject } from "./cni.ts";
 import { type ListBound, ListTally } from "./list_bound.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
@@ -81,18 +82,32 @@ export const statusReason = z.pipe(
 /**
  * Labels or annotations (every value a string, as Kubernetes' metadata maps
  * are) as kept: only the `milo-ipam.io/` keys, the only ones read; the others
- * (Milo's, a controller's) are dropped once checked.
+ * (Milo's, a controller's) are dropped once checked, in one loop (a record
+ * schema costs some microseconds an entry).
  */
 const ownMap = z.optional(
   z.pipe(
-    z.record(z.string(), z.string()),
-    z.transform((m: Record<string, string>) => {
+    z.custom<Record<string, unknown>>(
+      (m) => isPlainObject(m) && Object.keys(m).every((k) => typeof m[k] === "string"),
+      "must map names to strings",
+    ),
+    z.transform((m: Record<string, unknown>) => {
       const own: Record<string, string> = {};
-      for (const [k, v] of Object.entries(m)) if (k.startsWith(PREFIX)) own[k] = v;
+      for (const k of Object.keys(m)) if (k.startsWith(PREFIX)) own[k] = m[k] as string;
       return own;
     }),
   ),
 );
+
+/**
+ * A list of at most `n` items, its length checked before any item is (a
+ * schema's cost is its items): Milo sends a few conditions and causes.
+ */
+const listOf = <T extends z.ZodMiniType>(item: T, n = 16) =>
+  z.pipe(
+    z.custom<unknown[]>((v) => Array.isArray(v) && v.length <= n, `must be a list of at most ${n}`),
+    z.array(item),
+  );
 
 /**
  * An IPClaim as milo-ipam keeps it: only the fields it reads (metadata name,
@@ -179,7 +194,7 @@ export const IPAllocationSchema = z.object({
       address: z.optional(z.string()),
       conditions: z.optional(
         z.pipe(
-          z.array(AllocationConditionSchema),
+          listOf(AllocationConditionSchema),
           z.transform((cs) => cs.filter((c) => c.type === "Bound" || c.type === "Expiring")),
         ),
       ),
@@ -211,7 +226,7 @@ const StatusSchema = z.looseObject({
   reason: z.optional(statusReason),
   details: z.optional(z.looseObject({
     name: z.optional(z.string()),
-    causes: z.optional(z.array(z.looseObject({
+    causes: z.optional(listOf(z.looseObject({
       type: z.optional(z.string()),
       field: z.optional(z.string()),
       message: z.optional(quotedText),

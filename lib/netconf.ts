@@ -10,6 +10,7 @@ import type { NetworkConfig, NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
 import { requireGateways } from "./galactic.ts";
 import { type Cidr, type Family, parseCidr } from "./ip.ts";
+import { JSON_BOUND, parseBounded } from "./json_bound.ts";
 import { parseNetwork } from "./network_config.ts";
 
 /** The parts of the master plugin's network config that milo-ipam reads. */
@@ -28,21 +29,39 @@ export interface NetConf {
 }
 
 /**
- * Parses the master's network config (stdin text) for `verb` against the node
- * config: the version first (code 1), then the fields (code 7, naming the
- * field); `prevResult` for CHECK and the attachment list for GC.
+ * The network config on stdin (text) as JSON: refused (6) over
+ * {@link JSON_BOUND} before it is parsed, or when it is not JSON.
  */
-export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetConf {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(stdin);
-  } catch (err) {
+export function stdinJson(stdin: string): unknown {
+  const r = parseBounded(stdin);
+  if (r.ok) return r.value;
+  if (r.over) {
     throw new CniError(
       "decode",
-      "network config on stdin is not valid JSON",
-      err instanceof Error ? err.message : "",
+      `network config on stdin has ${r.why}`,
+      `a network config is held to ${JSON_BOUND.entries} objects, lists and commas, ` +
+        `${JSON_BOUND.depth} levels and ${JSON_BOUND.escapes} escapes before it is parsed ` +
+        "(docs/limits.md)",
     );
   }
+  throw new CniError("decode", "network config on stdin is not valid JSON", r.why);
+}
+
+/**
+ * Parses the master's network config (stdin text) for `verb` against the node
+ * config: see {@link netConfOf}.
+ */
+export function parseNetConf(stdin: string, node: NodeConfig, verb: Verb): NetConf {
+  return netConfOf(stdinJson(stdin), node, verb);
+}
+
+/**
+ * The master's network config (stdin, parsed by {@link stdinJson}) for
+ * `verb` against the node config: the version first (code 1), then the
+ * fields (code 7, naming the field); `prevResult` for CHECK and the
+ * attachment list for GC.
+ */
+export function netConfOf(raw: unknown, node: NodeConfig, verb: Verb): NetConf {
   if (!isPlainObject(raw)) {
     throw new CniError("decode", "network config on stdin must be a JSON object");
   }
@@ -133,14 +152,33 @@ export function parseValidAttachments(raw: Record<string, unknown>): Set<string>
   }));
 }
 
-/** The addresses of `prevResult` by family, or undefined when there is no prevResult. */
+/**
+ * Most addresses `prevResult` may list (CHECK): an attachment's result has
+ * one per family of each interface, milo-ipam's two among them.
+ */
+export const MAX_PREV_IPS = 64;
+
+/**
+ * The addresses of `prevResult` by family, or undefined when there is no
+ * prevResult; a list over {@link MAX_PREV_IPS} is refused before any of it
+ * is read.
+ */
 export function parsePrevResult(prev: unknown): Map<Family, Cidr[]> | undefined {
   if (prev === undefined || prev === null) return undefined;
   if (!isPlainObject(prev) || (prev.ips !== undefined && !Array.isArray(prev.ips))) {
     throw new CniError("config", "field prevResult: must be an object with an ips list");
   }
+  const ips = (prev.ips ?? []) as unknown[];
+  if (ips.length > MAX_PREV_IPS) {
+    throw new CniError(
+      "config",
+      `field prevResult.ips: ${ips.length} addresses; at most ${MAX_PREV_IPS} (MAX_PREV_IPS)`,
+      "an attachment's result lists an address per family of each interface",
+    );
+  }
   const out = new Map<Family, Cidr[]>();
-  for (const [i, ip] of ((prev.ips ?? []) as unknown[]).entries()) {
+  for (let i = 0; i < ips.length; i++) {
+    const ip = ips[i];
     const cidr = isPlainObject(ip) && typeof ip.address === "string" ? parseCidr(ip.address) : null;
     if (!cidr) {
       throw new CniError(
@@ -148,7 +186,9 @@ export function parsePrevResult(prev: unknown): Map<Family, Cidr[]> | undefined 
         `field prevResult.ips.${i}.address: must be an IP address in CIDR form`,
       );
     }
-    out.set(cidr.family, [...(out.get(cidr.family) ?? []), cidr]);
+    const family = out.get(cidr.family);
+    if (family) family.push(cidr);
+    else out.set(cidr.family, [cidr]);
   }
   return out;
 }

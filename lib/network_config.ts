@@ -28,7 +28,7 @@ const IPAM_KEYS: KeyTree = {
 /** True when every leaf of `given` equals the same leaf of `have`. */
 function sameLeaves(given: unknown, have: unknown): boolean {
   if (isPlainObject(given)) {
-    return isPlainObject(have) && Object.entries(given).every(([k, v]) => sameLeaves(v, have[k]));
+    return isPlainObject(have) && Object.keys(given).every((k) => sameLeaves(given[k], have[k]));
   }
   return JSON.stringify(given) === JSON.stringify(have);
 }

@@ -11,7 +11,10 @@ import { appendOwned } from "./owned.ts";
 import { MiloClient } from "./milo.ts";
 import { type Timer, timer, WATCHDOG_GRACE_MS } from "./timers.ts";
 
-/** The watchdog's deadline before the config is read: the largest `totalMs` allowed. */
+/**
+ * The watchdog's deadline before the node config is read, when the thin
+ * client could not read its `totalMs` either: the largest `totalMs` allowed.
+ */
 const UNCONFIGURED_TOTAL_MS = 300_000;
 
 /** Stdout that takes one JSON document per process and ignores any later one. */
@@ -75,6 +78,8 @@ export const FALLBACK_COUNTER = "agent-fallbacks";
 export interface Fallback {
   reason: string;
   counted: boolean;
+  /** The node config's `totalMs` as the thin client read it (lib/thin.ts), not yet validated. */
+  totalMs?: number;
 }
 
 /** Appends the invocation's log line(s), bounded in time. */
@@ -104,11 +109,14 @@ export async function runPlugin(
   fallback?: Fallback,
 ): Promise<number> {
   const out = new Stdout();
-  const watchdog = new Watchdog(out, started + UNCONFIGURED_TOTAL_MS);
+  // The node's totalMs bounds the call from the start (a network may only lower it): the
+  // watchdog holds it before the network config on stdin is parsed, whatever that config is.
+  const watchdog = new Watchdog(out, started + (fallback?.totalMs ?? UNCONFIGURED_TOTAL_MS));
   const env = (name: string) => Deno.env.get(name);
   const reply = await invoke({ env, stdin, started }, {
     nodeConfig: () => readNodeConfig(env),
     openMilo: MiloClient.open,
+    onBound: (deadline) => watchdog.arm(deadline, undefined, deadline - started),
     onDeadline: (deadline, v) => watchdog.arm(deadline, v, deadline - started),
   });
   out.print(reply.stdout, reply.exitCode);

@@ -26,10 +26,13 @@ const TAKE_OVER_MS = 100;
  */
 const DEFAULT_REQUEST_MS = 2_000;
 
+/** The node's `timeouts.totalMs` when its config sets none, and the most it may set (lib/config.ts). */
+const TOTAL_MS = { default: 10_000, max: 300_000 };
+
 /** What asking the agent came to. */
 export type AgentOutcome =
   | { kind: "done"; exitCode: number; stdout: string }
-  | { kind: "fallback"; reason: string; counted: boolean; https?: boolean };
+  | { kind: "fallback"; reason: string; counted: boolean; https?: boolean; totalMs?: number };
 
 /** The few node settings the client needs, read without the schema. */
 interface Hints {
@@ -39,6 +42,11 @@ interface Hints {
   expected: boolean;
   /** Set when `milo.url` is https: the fallback then makes a first TLS connection. */
   https: boolean;
+  /**
+   * The node's `timeouts.totalMs` (its default when it sets none; undefined
+   * when it sets one out of range): the call's bound until the config is validated.
+   */
+  totalMs?: number;
 }
 
 function hints(env: (name: string) => string | undefined): Hints | undefined {
@@ -57,12 +65,17 @@ function hints(env: (name: string) => string | undefined): Hints | undefined {
   try {
     const v = JSON.parse(text);
     const agent = typeof v?.agent === "object" && v.agent ? v.agent : undefined;
-    const requestMs = v?.timeouts?.requestMs;
+    const { requestMs, totalMs } = v?.timeouts ?? {};
     return {
       socket: typeof agent?.socket === "string" ? agent.socket : DEFAULT_AGENT_SOCKET,
       requestMs: Number.isInteger(requestMs) && requestMs > 0 ? requestMs : DEFAULT_REQUEST_MS,
       expected: agent !== undefined,
       https: typeof v?.milo?.url === "string" && v.milo.url.startsWith("https:"),
+      totalMs: totalMs === undefined
+        ? TOTAL_MS.default
+        : Number.isInteger(totalMs) && totalMs > 0 && totalMs <= TOTAL_MS.max
+        ? totalMs
+        : undefined,
     };
   } catch {
     return undefined;
@@ -97,6 +110,7 @@ export async function callAgent(started: number, stdin: Uint8Array): Promise<Age
     reason,
     counted: h.expected,
     https: h.https,
+    totalMs: h.totalMs,
   });
   const distrust = untrustedSocket(h.socket);
   if (distrust) return fallback(`agent socket ${h.socket} is not trusted: ${distrust}`);

@@ -1,6 +1,7 @@
 import { writeAtomicSync } from "./atomic_write.ts";
 import { isPlainObject, SUPPORTED_VERSIONS, versionResult } from "./cni.ts";
 import { CniError, errorText } from "./errors.ts";
+import { parseBounded } from "./json_bound.ts";
 
 /** This release of milo-ipam (docs/upgrade.md lists the releases). */
 export const RELEASE = "0.2.0";
@@ -17,21 +18,20 @@ export const STATE_FORMAT_FILE = "format.json";
 
 /** VERSION: the supported CNI versions; needs no config beyond an optional cniVersion. */
 export function version(stdin: string): Record<string, unknown> {
-  return versionResult(requestedVersion(stdin));
+  const r = parseBounded(stdin);
+  return versionResult(requestedVersion(r.ok ? r.value : undefined));
 }
 
-/** The version a result or error is encoded in: the request's when supported, else the latest. */
-export function versionOf(stdin: string): string {
-  return versionResult(requestedVersion(stdin)).cniVersion as string;
+/**
+ * The version a result or error is encoded in: the request's (stdin, parsed)
+ * when supported, else the latest.
+ */
+export function versionOf(raw: unknown): string {
+  return versionResult(requestedVersion(raw)).cniVersion as string;
 }
 
-function requestedVersion(stdin: string): string | undefined {
-  try {
-    const raw = JSON.parse(stdin);
-    return isPlainObject(raw) && typeof raw.cniVersion === "string" ? raw.cniVersion : undefined;
-  } catch {
-    return undefined;
-  }
+function requestedVersion(raw: unknown): string | undefined {
+  return isPlainObject(raw) && typeof raw.cniVersion === "string" ? raw.cniVersion : undefined;
 }
 
 /** What `milo-ipam version` prints. */

@@ -38,6 +38,15 @@ export function ipsOf(r: RunResult): ResultIp[] {
   return (r.json?.ips ?? []) as ResultIp[];
 }
 
+/** The agent container's memory limit (deploy/base/agent.yaml). */
+export const AGENT_LIMIT_MIB = 256;
+
+/** A process's peak resident set so far (`VmHWM`, KiB), from /proc. */
+export async function peakKiB(pid: number): Promise<number> {
+  const status = await Deno.readTextFile(`/proc/${pid}/status`);
+  return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? NaN);
+}
+
 /** A loopback TCP port that was free a moment ago (for a server a test starts itself). */
 export function freePort(): number {
   const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });

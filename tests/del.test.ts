@@ -447,6 +447,24 @@ Deno.test("DEL that fails before it reaches Milo (token or CA unreadable) journa
     });
   }
   await t.step(
+    "a network config over JSON_BOUND (a NAD grown since the ADD): journaled",
+    async () => {
+      await withStub(async (stub, inv, dir) => {
+        await Deno.writeTextFile(`${dir}/token`, "stub-token-8c1d2e\n");
+        const a = inv();
+        await add({ ...a, env: { ...a.env, command: "ADD" } });
+        const node = { milo: { url: STUB_BASE, tokenFile: `${dir}/token` } };
+        const r = await invokeDel(stub, dir, node, { junk: Array(10_000).fill(0) });
+        assert.equal(r.stdout?.code, 6);
+        assert.match(String(r.stdout?.msg), /more than 8192 objects, lists and commas/);
+        assert.match(String(r.stdout?.details), /journaled for release by milo-ipam reconcile/);
+        const [entry] = await new Journal(dir).list();
+        assert.deepEqual(entry.entry?.claims.map((c) => c.name), [NAME_V4, NAME_V6]);
+        assert.equal(stub.all().length, 2, "nothing was sent");
+      });
+    },
+  );
+  await t.step(
     "nothing to name (pod identity without the pod's name, no record): nothing journaled",
     async () => {
       await withStub(async (stub, _inv, dir) => {

@@ -16,23 +16,16 @@ import { Journal } from "../lib/journal.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin } from "../testing/plugin.ts";
 import {
+  AGENT_LIMIT_MIB,
   assertCniError,
   assertOk,
   freePort,
   ipsOf,
+  peakKiB,
   PLUGIN_SEED,
   TOKEN,
   until,
 } from "../testing/process.ts";
-
-/** The agent container's memory limit (deploy/agent.yaml). */
-const AGENT_LIMIT_MIB = 256;
-
-/** The agent's peak resident set so far (`VmHWM`, KiB), from /proc. */
-async function peakKiB(pid: number): Promise<number> {
-  const status = await Deno.readTextFile(`/proc/${pid}/status`);
-  return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? NaN);
-}
 
 /**
  * One libcni cache entry as libcni's `cacheAdd` writes it (containernetworking/cni
