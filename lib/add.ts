@@ -192,6 +192,17 @@ async function ownExisting(
   const differs = mismatches(claim, inv.attachment);
   const uid = claim.metadata.uid;
   const identity = inv.attachment.identity ?? "attachment";
+  if (differs.includes("cluster")) {
+    // Two clusters given one name: never held, released or retried against each other.
+    throw new CniError(
+      "conflict",
+      `claim ${name} is another cluster's: it records cluster uid ${
+        holderOf(claim).clusterUid
+      }, this node config's cluster ${inv.attachment.cluster} is ${inv.attachment.clusterUid}`,
+      "two clusters share the cluster name: give each its own (node config cluster), with the " +
+        "UID of its kube-system namespace (clusterUid)",
+    );
+  }
   if (differs.length && identity !== "attachment") {
     const h = holderOf(claim);
     const who = sameNamespace(claim, inv.attachment)

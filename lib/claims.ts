@@ -23,6 +23,8 @@ export const PREFIX = "milo-ipam.io/";
 /** Label and annotation keys (all under {@link PREFIX}). */
 export const KEYS = {
   cluster: `${PREFIX}cluster`,
+  /** The UID of the cluster's `kube-system` namespace (lib/cluster_uid.ts). */
+  clusterUid: `${PREFIX}cluster-uid`,
   node: `${PREFIX}node`,
   network: `${PREFIX}network`,
   podNamespace: `${PREFIX}pod-namespace`,
@@ -42,6 +44,8 @@ export const KEYS = {
 /** Who holds a lease: one pod interface on one node of one cluster. */
 export interface Attachment {
   cluster: string;
+  /** The cluster's `kube-system` UID, when the node config names it. */
+  clusterUid?: string;
   node: string;
   network: string;
   containerId: string;
@@ -61,6 +65,7 @@ export interface Attachment {
 export function attachmentOf(node: NodeConfig, conf: NetConf, env: CniEnv): Attachment {
   return {
     cluster: node.cluster,
+    ...(node.clusterUid ? { clusterUid: node.clusterUid } : {}),
     node: node.node,
     host: hostId(node),
     network: conf.name,
@@ -198,6 +203,7 @@ export function ownership(
   ];
   const labels: Record<string, string> = { [KEYS.family]: family };
   const annotations: Record<string, string> = a.host ? { [KEYS.host]: a.host } : {};
+  if (a.clusterUid) annotations[KEYS.clusterUid] = a.clusterUid;
   for (const [key, value] of fields) {
     if (value === undefined) continue;
     labels[KEYS[key]] = labelValue(value);

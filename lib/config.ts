@@ -45,6 +45,9 @@ const int = (min: number, max: number) =>
 const withDefault = <T extends z.ZodMiniType>(schema: T, value: z.infer<T>) =>
   z._default(schema, value as never);
 
+/** A Kubernetes label value, non-empty (a UID is one). */
+const LABEL_VALUE_RE = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$/;
+
 /** A DNS-1123 label (namespace names). */
 export const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 /** A DNS-1123 subdomain (object names). */
@@ -143,6 +146,14 @@ const nodeShape = {
     "certFile and keyFile must be given together",
   )),
   cluster: bounded,
+  /**
+   * The UID of the cluster's `kube-system` namespace: the fact that tells two
+   * clusters given one `cluster` name apart (recorded on every claim; the
+   * sweep brakes on another's, lib/cluster_uid.ts). The node install sets it.
+   */
+  clusterUid: z.optional(
+    nonEmpty.check(z.regex(LABEL_VALUE_RE, "must be a label value (the namespace's UID)")),
+  ),
   node: z.optional(bounded),
   log: withDefault(
     z.object({

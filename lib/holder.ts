@@ -8,6 +8,7 @@ import type { IPClaim } from "./milo_objects.ts";
 /** Who a claim records as its holder (from its annotations). */
 export interface Holder {
   cluster?: string;
+  clusterUid?: string;
   node?: string;
   network?: string;
   containerId?: string;
@@ -27,6 +28,7 @@ export function holderOf(claim: IPClaim): Holder {
   const ann = claim.metadata.annotations ?? {};
   return {
     cluster: ann[KEYS.cluster],
+    clusterUid: ann[KEYS.clusterUid],
     node: ann[KEYS.node],
     network: ann[KEYS.network],
     containerId: ann[KEYS.containerId],
@@ -44,7 +46,16 @@ export function podNamespaceOf(h: Holder): string | undefined {
 }
 
 /** A part of a claim's recorded holder that differs from an attachment's. */
-export type Mismatch = "attachment" | "node" | "host" | "network" | "pod";
+export type Mismatch = "cluster" | "attachment" | "node" | "host" | "network" | "pod";
+
+/**
+ * True when a claim records another cluster's `kube-system` UID than `a`'s
+ * (both recorded): another cluster given the same name (lib/cluster_uid.ts).
+ */
+export function otherCluster(claim: IPClaim, a: Pick<Attachment, "clusterUid">): boolean {
+  const uid = holderOf(claim).clusterUid;
+  return uid !== undefined && a.clusterUid !== undefined && uid !== a.clusterUid;
+}
 
 /**
  * What differs between a claim's recorded holder and `a`: the attachment
@@ -56,6 +67,7 @@ export function mismatches(claim: IPClaim, a: Attachment): Mismatch[] {
   const h = holderOf(claim);
   const pod = a.podName ? `${a.podNamespace ?? ""}/${a.podName}` : undefined;
   const out: Mismatch[] = [];
+  if (otherCluster(claim, a)) out.push("cluster");
   if (!isHeldBy(claim, a)) out.push("attachment");
   if (h.node !== a.node) out.push("node");
   if (h.host !== undefined && h.host !== a.host) out.push("host");
@@ -89,7 +101,7 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
   const other = (have: string | undefined, want: string | undefined) =>
     have !== undefined && have !== want;
   return other(h.cluster, a.cluster) || other(h.containerId, a.containerId) ||
-    other(h.ifname, a.ifname) || other(h.host, a.host);
+    other(h.ifname, a.ifname) || other(h.host, a.host) || otherCluster(claim, a);
 }
 
 /**
@@ -103,6 +115,10 @@ export function recordsAnother(claim: IPClaim, a: Attachment): boolean {
  */
 export function notHeldHere(claim: IPClaim, a: Attachment): string | undefined {
   const h = holderOf(claim);
+  if (otherCluster(claim, a)) {
+    return `records cluster uid ${h.clusterUid}, not this cluster's (${a.clusterUid}): another ` +
+      `cluster named ${a.cluster}; left alone`;
+  }
   if (!isHeldBy(claim, a)) {
     return `records another holder (container ${h.containerId ?? "?"}, ifname ${
       h.ifname ?? "?"
@@ -133,5 +149,6 @@ export function sameNode(a: string | undefined, b: string | undefined): boolean 
 /** True when a claim was made by this exact cluster/container/interface. */
 export function isHeldBy(claim: IPClaim, a: Attachment): boolean {
   const h = holderOf(claim);
-  return h.cluster === a.cluster && h.containerId === a.containerId && h.ifname === a.ifname;
+  return h.cluster === a.cluster && h.containerId === a.containerId && h.ifname === a.ifname &&
+    !otherCluster(claim, a);
 }

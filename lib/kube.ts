@@ -70,6 +70,7 @@ const NodeSchema = z.object({
     ),
   })),
 });
+const NamespaceSchema = z.object({ metadata: z.object({ uid: str }) });
 const ListHeadSchema = z.object({ metadata: z.optional(z.object({ continue: opt })) });
 const StatusSchema = z.object({
   kind: z.literal("Status"),
@@ -215,6 +216,19 @@ export class KubeClient {
     const path = `/api/v1/namespaces/${namespace}/pods/${name}`;
     const got = await this.#get(path, Date.now() + this.#o.operationMs, name);
     return got === null ? null : podOf(parseAs(PodSchema, got, "Pod"));
+  }
+
+  /**
+   * The UID of the `kube-system` namespace: the cluster's identity for as long
+   * as it lives (lib/cluster_uid.ts). Needs `get` on that namespace.
+   */
+  async clusterUid(): Promise<string> {
+    const path = "/api/v1/namespaces/kube-system";
+    const got = await this.#get(path, Date.now() + this.#o.operationMs, "kube-system");
+    if (got === null) {
+      throw new CniError("protocol", "the API server has no kube-system namespace", path);
+    }
+    return parseAs(NamespaceSchema, got, "Namespace").metadata.uid;
   }
 
   /**

@@ -22,6 +22,7 @@
  * claim's node (lib/sweep_rules.ts).
  */
 import { clusterSelector } from "./claims.ts";
+import { clashOf, otherUidOf } from "./cluster_uid.ts";
 import { holderOf } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
@@ -53,6 +54,8 @@ import { after } from "./timers.ts";
 /** Everything one run needs. */
 export interface SweepOptions {
   cluster: string;
+  /** The node config's `clusterUid`, when it names one: it must be this API's cluster's. */
+  clusterUid?: string;
   milo: MiloClient;
   kube: KubeClient;
   apply: boolean;
@@ -137,14 +140,24 @@ export async function sweep(o: SweepOptions): Promise<SweepReport> {
     return report;
   };
   try {
-    const first = await observe(o, now, report);
+    const uid = await listed(
+      "the kube-system namespace (its UID names the cluster)",
+      () => o.kube.clusterUid(),
+    );
+    if (o.clusterUid !== undefined && o.clusterUid !== uid) {
+      throw new Brake(
+        `the node config's clusterUid ${o.clusterUid} is not this cluster's (kube-system ` +
+          `uid ${uid}): it is another cluster's node config`,
+      );
+    }
+    const first = await observe(o, now, report, uid);
     let second = first;
     if (first.candidates.size) {
       // A pod gone from a node shown Ready: a partition's first seconds look Ready too.
       const ready = [...first.candidates.values()].some((c) => mayBeEnding(c, first));
       const monitor = o.nodeMonitorGraceMs ?? NODE_MONITOR_GRACE_MS;
       await (o.sleep ?? after)(ready ? Math.max(o.intervalMs, monitor) : o.intervalMs);
-      second = await observe(o, now, report, first);
+      second = await observe(o, now, report, uid, first);
     }
     // The run's start on Milo's clock, at the earliest: the time from the start to the first
     // claim read includes the moment Milo dated its answer.
@@ -209,6 +222,7 @@ async function observe(
   o: SweepOptions,
   now: () => number,
   report: SweepReport,
+  uid: string,
   previous?: Observation,
 ): Promise<Observation> {
   const [pods, nodes] = await Promise.all([
@@ -236,11 +250,14 @@ async function observe(
   const judged = !!pods.length && !!nodes.length;
   const tally = claimListTally("the sweep's candidates of Milo's IPClaimList", o.candidateBound);
   const gonePods = new Set<string>();
+  const clash = new Map<string, number>();
   const judge = (claim: IPClaim, serverTime: number) => {
     if (Number.isNaN(obs.read)) obs.read = now();
     const h = holderOf(claim);
     if (h.cluster !== o.cluster) return void obs.foreign++;
     obs.claims++;
+    const other = otherUidOf(claim, uid);
+    if (other) return void clash.set(other, (clash.get(other) ?? 0) + 1);
     const name = claim.metadata.name;
     if (previous?.candidates.has(name)) obs.seen.add(name);
     if (!h.podUid) return void obs.withoutPodUid++;
@@ -289,6 +306,8 @@ async function observe(
     foreign: obs.foreign,
     withoutPodUid: obs.withoutPodUid,
   });
+  const why = clashOf(o.cluster, uid, clash);
+  if (why) throw new Brake(why);
   if (!judged && obs.claims) {
     throw new Brake(
       `the Kubernetes ${obs.pods ? "node" : "pod"} list is empty while the cluster has ` +

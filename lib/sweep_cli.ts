@@ -172,6 +172,7 @@ export async function sweepCli(args: string[], io: Partial<SweepIo> = {}): Promi
     report = await sweep({
       ...a,
       cluster,
+      ...(node.clusterUid ? { clusterUid: node.clusterUid } : {}),
       ...clients,
       operationMs: node.timeouts.totalMs,
       now: x.now,

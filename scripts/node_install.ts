@@ -27,6 +27,8 @@ import { errorText } from "../lib/errors.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { tokenOf } from "../lib/http.ts";
 import { Journal } from "../lib/journal.ts";
+import { KubeClient } from "../lib/kube.ts";
+import { inClusterAccess } from "../lib/kube_access.ts";
 import { rotatedLog } from "../lib/log.ts";
 import { ownSecretDir, ownSocketDir } from "../lib/owned.ts";
 import { DEFAULT_NODE_CONFIG } from "../lib/paths.ts";
@@ -50,6 +52,9 @@ export const NODE_INSTALL_USAGE =
   --mode M           auto (compile, else a launcher), compile or launcher (sweep: launcher)
   --work DIR         sweep: its emptyDir (default /work)
   --kubeconfig F     sweep: the kubeconfig naming the API server (default: in-cluster)
+  --service-account DIR
+                     install: the service account's token and ca.crt, to read the cluster's
+                     kube-system UID (clusterUid) in a pod (default the kubelet's mount)
 
 NODE_NAME names the node (install). Exit status: 0 done, 1 refused or failed, 2 a wrong
 command line.`;
@@ -70,6 +75,12 @@ export interface NodeInstallOptions {
   denoPath?: string;
   mode?: InstallOptions["mode"];
   quiet?: boolean;
+  /**
+   * Reads the UID of the cluster's `kube-system` namespace from its API (the
+   * init container's service account; lib/cluster_uid.ts); undefined when
+   * the install runs outside a pod.
+   */
+  clusterUid?: () => Promise<string>;
 }
 
 /** A refusal of the node install: its message says what to fix. */
@@ -208,7 +219,7 @@ export async function installToken(tokenFile: string, token: string): Promise<vo
  * node config names them, then the plugin installed from the image's bundle.
  */
 export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
-  const values = await nodeConfigOf(o);
+  const values = await withClusterUid(await nodeConfigOf(o), o);
   const node = validate(values, o.nodeConfig);
   refusing(() => requireScrapeToken(node.agent));
   const token = await key(o.secret, "token");
@@ -241,6 +252,45 @@ export async function nodeInstall(o: NodeInstallOptions): Promise<Installed> {
   const old = join(dirname(o.nodeConfig), "token");
   if (resolve(old) !== resolve(node.milo.tokenFile)) await Deno.remove(old).catch(() => {});
   return r;
+}
+
+/**
+ * The node config with the cluster's `kube-system` UID (`clusterUid`), read
+ * from the API: what tells this cluster's claims from another's given the
+ * same name. One the ConfigMap names already must be this cluster's; none
+ * and no API to ask is refused.
+ */
+async function withClusterUid(
+  values: Record<string, unknown>,
+  o: NodeInstallOptions,
+): Promise<Record<string, unknown>> {
+  const named = typeof values.clusterUid === "string" ? values.clusterUid : undefined;
+  if (!o.clusterUid) {
+    if (named) return values;
+    throw new Refused(
+      "cannot read the cluster's kube-system UID (clusterUid): run the install in the agent's " +
+        "pod with its service account token mounted (deploy/base), or set clusterUid in node.json " +
+        "(kubectl get namespace kube-system -o jsonpath='{.metadata.uid}')",
+    );
+  }
+  let uid: string;
+  try {
+    uid = await o.clusterUid();
+  } catch (err) {
+    const e = err as { message?: string; details?: string };
+    throw new Refused(
+      `cannot read the cluster's kube-system UID from its API: ${e.message ?? errorText(err)}` +
+        `${e.details ? ` (${e.details})` : ""}; the agent's ClusterRole grants get on ` +
+        "namespaces/kube-system (deploy/base)",
+    );
+  }
+  if (named !== undefined && named !== uid) {
+    throw new Refused(
+      `node.json names clusterUid ${named}, but this cluster's kube-system UID is ${uid}: it is ` +
+        "another cluster's node config (a copied overlay?); give this cluster its own cluster name",
+    );
+  }
+  return { ...values, clusterUid: uid };
 }
 
 /** The sweep's install into its emptyDir: the cluster's node config, its own paths. */
@@ -386,6 +436,7 @@ export async function nodeInstallCli(args: string[]): Promise<number> {
       mode: { type: "string" },
       work: { type: "string", default: "/work" },
       kubeconfig: { type: "string" },
+      "service-account": { type: "string" },
     },
   });
   if ("exit" in p) return p.exit;
@@ -425,6 +476,9 @@ export async function nodeInstallCli(args: string[]): Promise<number> {
         dir: v.dir ?? "/opt/cni/bin",
         nodeConfig: v["node-config"]!,
         nodeName: Deno.env.get("NODE_NAME") ?? "",
+        ...(Deno.env.get("KUBERNETES_SERVICE_HOST")
+          ? { clusterUid: () => inClusterUid(v["service-account"]) }
+          : {}),
         ...common,
       });
     say(`milo-ipam ${RELEASE} installed: ${r.path} (${r.kind})`);
@@ -432,6 +486,16 @@ export async function nodeInstallCli(args: string[]): Promise<number> {
   } catch (err) {
     say(err instanceof Refused ? err.message : `failed: ${errorText(err)}`);
     return 1;
+  }
+}
+
+/** The kube-system UID, asked with the pod's service account (in-cluster; its files in `dir`). */
+async function inClusterUid(dir?: string): Promise<string> {
+  const kube = KubeClient.open(await inClusterAccess((n) => Deno.env.get(n), dir));
+  try {
+    return await kube.clusterUid();
+  } finally {
+    kube.close();
   }
 }
 

@@ -117,6 +117,8 @@ export class KubeDevApi {
       return status(401, "Unauthorized", "Unauthorized");
     }
     const path = url.pathname;
+    const ns = /^\/api\/v1\/namespaces\/([^/]+)$/.exec(path);
+    if (ns && req.method === "GET") return this.#namespace(ns[1]);
     const one = /^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)$/.exec(path);
     const resource = path === "/api/v1/pods" ? "pods" : path === "/api/v1/nodes" ? "nodes" : null;
     if (!one && !resource) {
@@ -154,6 +156,37 @@ export class KubeDevApi {
       );
     }
     return this.#list(resource!, url.searchParams);
+  }
+
+  /**
+   * A namespace as the API answers it: `kube-system` (its UID names the
+   * cluster: lib/cluster_uid.ts); forbidden without the grant the sweep's
+   * ClusterRole gives (`get` on namespaces, `resourceNames: [kube-system]`).
+   */
+  #namespace(name: string): Response {
+    if (this.faults.forbidden || name !== "kube-system") {
+      return status(
+        403,
+        "Forbidden",
+        `namespaces "${name}" is forbidden: User "system:serviceaccount:kube-system:` +
+          `milo-ipam-sweep" cannot get resource "namespaces" in API group "" in the namespace ` +
+          `"${name}"`,
+        { name, kind: "namespaces" },
+      );
+    }
+    return Response.json({
+      kind: "Namespace",
+      apiVersion: "v1",
+      metadata: {
+        name,
+        uid: this.store.clusterUid,
+        resourceVersion: "4",
+        creationTimestamp: "2026-01-05T09:12:44Z",
+        labels: { "kubernetes.io/metadata.name": name },
+      },
+      spec: { finalizers: ["kubernetes"] },
+      status: { phase: "Active" },
+    });
   }
 
   #list(resource: "pods" | "nodes", q: URLSearchParams): Response {

@@ -45,6 +45,8 @@ export type KubeObject = { metadata: Record<string, unknown> } & Record<string, 
 
 /** The pods and nodes the stand-in serves; every change bumps the resourceVersion. */
 export class KubeStore {
+  /** The UID of the cluster's `kube-system` namespace: the cluster's identity. */
+  clusterUid: string = crypto.randomUUID();
   readonly #pods = new Map<string, KubeObject>();
   readonly #nodes = new Map<string, KubeObject>();
   #rv = 1000;

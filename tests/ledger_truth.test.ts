@@ -369,3 +369,36 @@ Deno.test("reconcile: an absent claim of an earlier boot's ADD in doubt stays re
     assert.equal(stub.get(late.metadata.name), undefined);
   });
 });
+
+Deno.test("two clusters given one name: ADD refuses the other's claim (103), DEL leaves it", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    // Cluster B (a copied overlay still saying cluster-a) made db-0's claim first.
+    const b = invocation(stub, {
+      command: "ADD",
+      stateDir: `${dir}/b`,
+      ...POD,
+      node: { ...POD.node, clusterUid: "uid-of-cluster-b" },
+    });
+    await add(b);
+    const name = claimName(b.attachment, "ipv4");
+    const o = { ...POD, node: { ...POD.node, clusterUid: "uid-of-cluster-a" } };
+    await rejectsWith(
+      add(invocation(stub, { command: "ADD", stateDir: dir, ...o })),
+      103,
+      /claim .* is another cluster's: it records cluster uid uid-of-cluster-b.*two clusters share/s,
+    );
+    // The same attachment's DEL in cluster A (same container, same node name): left alone.
+    const d = invocation(stub, {
+      command: "DEL",
+      stateDir: dir,
+      ...POD,
+      containerId: b.env.containerId,
+      node: { ...POD.node, clusterUid: "uid-of-cluster-a" },
+    });
+    const r = await del(d);
+    assert.deepEqual(r.claims, []);
+    assert.match(r.skipped ?? "", /records cluster uid uid-of-cluster-b, not this cluster's/);
+    assert.ok(stub.get(name), "cluster B's claim stays");
+  });
+});

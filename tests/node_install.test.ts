@@ -13,6 +13,7 @@ import { execCni } from "../scripts/cni_exec.ts";
 import { buildImageFiles } from "../scripts/image.ts";
 import { installToken, Refused } from "../scripts/node_install.ts";
 import { kustomize } from "../testing/kustomize.ts";
+import { type KubeDev, startKubeDev } from "../testing/kube_dev.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 import { snoop, SNOOP_IGNORED } from "../testing/snoop.ts";
@@ -24,8 +25,16 @@ type Any = any;
 const ROOT = new URL("../", import.meta.url).pathname;
 const OVERLAY = `${ROOT}deploy/overlays/cluster-a`;
 
-/** The argv of a rendered container's command with the image's paths moved to `image`. */
-function command(kind: string, name: string, image: string): string[] {
+/**
+ * The argv of a rendered container's command with the image's paths moved to
+ * `image`, and `$(VAR)` expanded from `env` as the kubelet expands it.
+ */
+function command(
+  kind: string,
+  name: string,
+  image: string,
+  env: Record<string, string> = {},
+): string[] {
   const docs = kustomize(
     kind === "DaemonSet/milo-ipam-uninstall" ? `${OVERLAY}/uninstall` : OVERLAY,
   );
@@ -37,12 +46,18 @@ function command(kind: string, name: string, image: string): string[] {
       ? Deno.execPath()
       : a === "--allow-run=/usr/lib/milo-ipam/deno"
       ? `--allow-run=${Deno.execPath()}`
-      : a.replace("/usr/lib/milo-ipam/", `${image}/`)
+      : a.replace("/usr/lib/milo-ipam/", `${image}/`).replace(
+        /\$\(([A-Z_]+)\)/g,
+        (m, v) => env[v] ?? m,
+      )
   );
 }
 
-/** A node in a temp dir: host paths under `root`, the ConfigMap and Secret as files. */
-async function node(milo: MiloDev, image: string) {
+/**
+ * A node in a temp dir: host paths under `root`, the ConfigMap and Secret as
+ * files, and the init container's service account for the API stand-in `kube`.
+ */
+async function node(milo: MiloDev, image: string, kube: KubeDev) {
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-node-" });
   const root = `${dir}/host`;
   const cm = kustomize(OVERLAY).find((d) => d.kind === "ConfigMap")!;
@@ -88,11 +103,19 @@ async function node(milo: MiloDev, image: string) {
   await Deno.writeTextFile(`${root}/etc/machine-id`, "0123456789abcdef0123456789abcdef\n");
   await setConfigMap(v);
   await setSecret({ token: TOKEN + "\n" });
+  // The init container's projected service account (the volume kube-api): a token and the CA.
+  const sa = `${dir}/serviceaccount`;
+  await Deno.mkdir(sa);
+  await Deno.writeTextFile(`${sa}/token`, kube.token);
+  await Deno.writeTextFile(`${sa}/ca.crt`, await Deno.readTextFile(kube.caFile!));
+  const api = new URL(kube.url);
+  const kubeEnv = { KUBERNETES_SERVICE_HOST: api.hostname, KUBERNETES_SERVICE_PORT: api.port };
   const run = async (verb: "install" | "uninstall", nodeName = "node-17") => {
     const argv = command(
       verb === "install" ? "DaemonSet/milo-ipam-agent" : "DaemonSet/milo-ipam-uninstall",
       verb,
       image,
+      kubeEnv,
     );
     const out = await new Deno.Command(argv[0], {
       args: [
@@ -107,8 +130,14 @@ async function node(milo: MiloDev, image: string) {
         files.nodeConfig,
         "--bundle",
         `${image}/bundle`,
+        ...(verb === "install" ? ["--service-account", sa] : []),
       ],
-      env: { NODE_NAME: nodeName, DENO_DIR: `${dir}/deno-dir`, DENO_NO_UPDATE_CHECK: "1" },
+      env: {
+        NODE_NAME: nodeName,
+        DENO_DIR: `${dir}/deno-dir`,
+        DENO_NO_UPDATE_CHECK: "1",
+        ...kubeEnv,
+      },
       stdout: "piped",
       stderr: "piped",
     }).output();
@@ -144,10 +173,11 @@ async function node(milo: MiloDev, image: string) {
 
 Deno.test("node install: from the image's files, the ConfigMap and the Secret to a plugin that leases; uninstall", async () => {
   const milo = await startMiloDev({ seed: PLUGIN_SEED, tls: true });
+  const kube = await startKubeDev({ tls: true });
   const image = await Deno.makeTempDir({ prefix: "milo-ipam-image-" });
   try {
     await buildImageFiles(image);
-    const n = await node(milo, image);
+    const n = await node(milo, image, kube);
     try {
       const milosCa = await Deno.readTextFile(milo.caFile!);
 
@@ -174,6 +204,18 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       assert.match(r.stderr, /0\.0\.0\.0:9464 listens on every address .* agent\.metricsTokenFile/);
       assert.match(r.stderr, /\(set agent\.metricsTokenFile to a file holding the token/);
 
+      // A ConfigMap copied from another cluster's overlay, naming that cluster's kube-system UID.
+      await n.setConfigMap({ ...n.v, clusterUid: "uid-of-another-cluster" }, milosCa);
+      r = await n.run("install");
+      assert.equal(r.code, 1);
+      assert.match(
+        r.stderr,
+        new RegExp(
+          `names clusterUid uid-of-another-cluster, but this cluster's kube-system ` +
+            `UID is ${kube.store.clusterUid}: it is another cluster's node config`,
+        ),
+      );
+
       // A node name in the ConfigMap, a bad NODE_NAME, no token: refused.
       await n.setConfigMap({ ...n.v, node: "node-1" }, milosCa);
       assert.match((await n.run("install")).stderr, /names a node: leave node out/);
@@ -197,6 +239,7 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       );
       const written = JSON.parse(await Deno.readTextFile(n.files.nodeConfig));
       assert.equal(written.node, "node-17", "the node's name from NODE_NAME");
+      assert.equal(written.clusterUid, kube.store.clusterUid, "the cluster's, from its API");
       assert.equal(await Deno.readTextFile(n.v.milo.tokenFile), TOKEN + "\n");
       assert.equal((await Deno.stat(n.v.milo.tokenFile)).mode! & 0o777, 0o600);
       assert.equal(await Deno.readTextFile(n.v.milo.caFile), milosCa.trim() + "\n");
@@ -210,6 +253,12 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       const add = await n.plugin("ADD", "c1");
       assert.equal(add.code, 0, add.stdout + add.stderr);
       assert.match(JSON.stringify(add.json), /10\.40\.0\.\d+\/32/);
+      const [claim] = await milo.listClaims("tenant-a");
+      assert.equal(
+        claim.metadata.annotations?.["milo-ipam.io/cluster-uid"],
+        kube.store.clusterUid,
+        "the claim records its cluster",
+      );
       const version = await new Deno.Command(`${n.files.bin}/milo-ipam`, {
         args: ["version"],
         stdout: "piped",
@@ -268,11 +317,20 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       ) await assert.rejects(Deno.stat(gone), Deno.errors.NotFound, `${gone} removed`);
       assert.deepEqual(await milo.listClaims("tenant-a"), [], "no lease left in Milo");
       assert.equal((await n.run("uninstall")).code, 0, "nothing left: done");
+
+      // The API refuses the install's service account: refused, saying what grants it.
+      kube.api.faults.forbidden = true;
+      await n.setSecret({ token: TOKEN + "\n" });
+      r = await n.run("install");
+      assert.equal(r.code, 1);
+      assert.match(r.stderr, /cannot read the cluster's kube-system UID from its API/);
+      assert.match(r.stderr, /grants get on namespaces\/kube-system/);
     } finally {
       await Deno.remove(n.dir, { recursive: true });
     }
   } finally {
     await milo.stop();
+    await kube.close();
     await Deno.remove(image, { recursive: true });
   }
 });

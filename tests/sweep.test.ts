@@ -44,9 +44,16 @@ export class MiloStub {
 
   add(
     name: string,
-    o: { podUid?: string; pod?: string; node?: string | null; cluster?: string } = {},
+    o: {
+      podUid?: string;
+      pod?: string;
+      node?: string | null;
+      cluster?: string;
+      clusterUid?: string;
+    } = {},
   ) {
     const ann: Record<string, string> = { [KEYS.cluster]: o.cluster ?? CLUSTER };
+    if (o.clusterUid) ann[KEYS.clusterUid] = o.clusterUid;
     if (o.node !== null) ann[KEYS.node] = o.node ?? "node-1";
     if (o.podUid) ann[KEYS.podUid] = o.podUid;
     if (o.pod) ann[KEYS.pod] = o.pod;
@@ -165,7 +172,7 @@ export function world(o: { miloPage?: number; kubePage?: number; bystander?: boo
     run(extra: Partial<SweepOptions> = {}): Promise<SweepReport> {
       const noSleep = () => Promise.resolve();
       const kubeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
-        if (String(input).includes("/namespaces/")) w.onPodGet?.();
+        if (String(input).includes("/pods/")) w.onPodGet?.();
         return kube.fetch(input, init);
       };
       return sweep({
@@ -359,10 +366,11 @@ Deno.test("pagination: claims, pods and nodes over several pages, each page once
   assert.equal(w.kube.log.filter((l) => l.search.includes("continue=")).length, 4);
   // Re-check: a pod GET per candidate, again after the termination hold for the one that waited
   // it (the others' re-checks come after it), one claim GET and one DELETE each, nothing else.
-  assert.equal(w.kube.log.filter((l) => l.path.includes("/namespaces/")).length, 4);
+  assert.equal(w.kube.log.filter((l) => l.path.includes("/pods/")).length, 4);
   assert.equal(w.milo.log.filter((l) => /^GET \/c-/.test(l)).length, 3);
   assert.equal(r.requests.milo, 8 + 6);
-  assert.equal(r.requests.kubernetes, 8 + 4);
+  // And one GET of the kube-system namespace: its UID names the cluster.
+  assert.equal(r.requests.kubernetes, 1 + 8 + 4);
 });
 
 Deno.test("a candidate whose pod reappears in the second observation is kept", async () => {
@@ -868,4 +876,61 @@ Deno.test("terminatingRule(): a node partitioned just before the first observati
     /a partition's first 55 s look Ready too: observations 30 s apart/,
   );
   assert.equal(terminatingRule(c, view(T0), view(T0 + 55_000), NODE_MONITOR_GRACE_MS), null);
+});
+
+Deno.test("two clusters given one name: a claim recording another cluster's kube-system uid brakes the sweep", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  // Cluster B, a copied overlay that still says cluster-a: its live pod and node are unknown here.
+  w.milo.add("c-b-web", {
+    podUid: crypto.randomUUID(),
+    pod: "shop/b-web",
+    node: "b-node-1",
+    clusterUid: "uid-of-cluster-b",
+  });
+  const r = await w.run();
+  assert.equal(r.outcome, "brake");
+  assert.equal(r.exitCode, 2);
+  assert.match(
+    r.message,
+    new RegExp(
+      `1 claim\\(s\\) named for cluster ${CLUSTER} record another cluster's kube-system uid ` +
+        `\\(uid-of-cluster-b: 1\\), not this one's \\(${w.kube.store.clusterUid}\\): two clusters ` +
+        `share the name ${CLUSTER}`,
+    ),
+  );
+  assert.deepEqual(w.deletes(), [], "nothing released, this cluster's orphan neither");
+  // Claims that record this cluster's own uid are judged as ever.
+  w.milo.claims.delete("c-b-web");
+  w.milo.add("c-own", {
+    podUid: crypto.randomUUID(),
+    pod: "shop/own",
+    clusterUid: w.kube.store.clusterUid,
+  });
+  const again = await w.run();
+  assert.equal(again.outcome, "done");
+  assert.deepEqual(w.deletes().sort(), ["DELETE /c-gone-0", "DELETE /c-own"]);
+});
+
+Deno.test("a node config naming another cluster's uid brakes the sweep before anything is read", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  const r = await w.run({ clusterUid: "uid-of-another-cluster" });
+  assert.equal(r.outcome, "brake");
+  assert.match(
+    r.message,
+    /the node config's clusterUid uid-of-another-cluster is not this cluster's/,
+  );
+  assert.deepEqual(w.deletes(), []);
+  assert.equal(w.milo.log.length, 0, "Milo not even listed");
+});
+
+Deno.test("a sweep without get on the kube-system namespace brakes and says what to grant", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  w.kube.faults.forbidden = true;
+  const r = await w.run();
+  assert.equal(r.outcome, "brake");
+  assert.match(r.message, /the kube-system namespace \(its UID names the cluster\) failed/);
+  assert.deepEqual(w.deletes(), []);
 });
