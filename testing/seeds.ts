@@ -44,8 +44,9 @@ export const BENCH_CLASSES = {
 
 /**
  * The milo-dev seed of a runtime's e2e (podman, containerd): one tenant
- * `tenant-<id>` with one IPv4 class `<prefix>-pods-ipv4` of /32s from one /24
- * pool (FirstFit, the first and last units reserved), and its token and class.
+ * `tenant-<id>` (a quota of 500 claims) with one IPv4 class `<prefix>-pods-ipv4`
+ * of /32s from one /24 pool (FirstFit, the first and last units reserved), and
+ * its token and class.
  */
 export function runtimeSeed(prefix: string, id: string, cidr: string) {
   const className = `${prefix}-pods-ipv4`;
@@ -53,10 +54,13 @@ export function runtimeSeed(prefix: string, id: string, cidr: string) {
     projects: [{
       name: `tenant-${id}`,
       tokens: [`${prefix}-token-tenant-${id}`],
+      quota: 500,
       ipClasses: [{
         metadata: { name: className },
         spec: {
           ipFamily: "IPv4",
+          visibility: "consumer",
+          consumers: [`tenant-${id}`],
           prefixLength: 32,
           requiredScopeRoles: ["network"],
           allocationStrategy: "FirstFit",
