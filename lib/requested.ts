@@ -4,12 +4,17 @@
  * plugin reads it). Each pins its family's claim (`spec.address`); the mask
  * given is ignored (the result carries the class's prefix length). Milo calls
  * pinning "a separate and more privileged operation": it is a node privilege
- * (`allowRequestedAddresses`), refused otherwise (7, naming the key).
+ * (`allowRequestedAddresses`), refused otherwise (7, naming the key). Milo
+ * binds the block a requested address lies in (`parseRequestedBlock`,
+ * `internal/allocator/prefix.go`, masks it to the class's prefix length):
+ * where the network says its IPv6 class hands out blocks
+ * (`prefixLengths.ipv6` below 128), an address that is not its block's first
+ * is refused before anything is asked, naming the address to request.
  */
 import type { NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
 import { clip, CniError } from "./errors.ts";
-import { type Family, miloFamily, parseCidr } from "./ip.ts";
+import { type Family, type Ip, ipValue, miloFamily, parseCidr, parseIp } from "./ip.ts";
 
 /** The address requested for each family (canonical, no mask); empty when none is. */
 export function requestedAddresses(
@@ -31,7 +36,7 @@ export function requestedAddresses(
       `pinning an address is a node privilege: set allowRequestedAddresses in ${node.path}`,
     );
   }
-  const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network.classes)]);
+  const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network)]);
   const [[key, first], second] = parsed as [string, Partial<Record<Family, string>>][];
   if (second && (second[1].ipv4 !== first.ipv4 || second[1].ipv6 !== first.ipv6)) {
     throw new CniError(
@@ -48,8 +53,9 @@ export function requestedAddresses(
 function byFamily(
   key: string,
   list: string[],
-  classes: Partial<Record<Family, string>>,
+  network: Pick<NetConf["network"], "classes" | "prefixLengths">,
 ): Partial<Record<Family, string>> {
+  const classes = network.classes;
   const out: Partial<Record<Family, string>> = {};
   for (const text of list) {
     const c = parseCidr(text);
@@ -68,7 +74,28 @@ function byFamily(
     if (out[c.family]) {
       throw new CniError("config", `${key}: two ${miloFamily(c.family)} addresses requested`);
     }
+    const block = network.prefixLengths?.[c.family];
+    const first = block === undefined ? c.ip : blockStart(c, block);
+    if (first !== c.ip) {
+      throw new CniError(
+        "config",
+        `${key}: ${c.ip} lies inside the /${block} block ${first}/${block}, which Milo binds ` +
+          `whole (the pod's address is its first): request ${first}`,
+      );
+    }
     out[c.family] = c.ip;
   }
   return out;
+}
+
+/** The first address of the /`prefix` block holding `ip`, canonical. */
+function blockStart(ip: Ip, prefix: number): string {
+  const width = ip.family === "ipv4" ? 32n : 128n;
+  const host = width - BigInt(prefix);
+  const v = (ipValue(ip) >> host) << host;
+  if (ip.family === "ipv4") return [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 255n)).join(".");
+  const groups = [...Array(8).keys()].map((i) =>
+    ((v >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)
+  );
+  return parseIp(groups.join(":"))!.ip;
 }

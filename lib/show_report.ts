@@ -3,6 +3,7 @@
  * writes its text): the query, the claims with what the holder's node knows
  * of each, and the retained allocations.
  */
+import type { QuotaUsage } from "./milo_quota.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** What a show asks for. */
@@ -68,6 +69,8 @@ export interface ShowReport {
    * its namespace (empty: none; its pods' addresses are released with them).
    */
   grants?: Grant[];
+  /** The project's IPClaim quota as Milo counts it (one GET), or why it is not known. */
+  quota?: QuotaUsage;
   requests: number;
   error: { message: string; details: string } | null;
 }

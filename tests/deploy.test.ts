@@ -384,6 +384,7 @@ Deno.test("deploy: probes and the scrape port are where the node config puts the
       "MiloIpamReconcileBrake",
       "MiloIpamMiloThrottling",
       "MiloIpamCode11Rate",
+      "MiloIpamPoolOrQuotaExhausted",
       "MiloIpamSweepFailed",
     ]
   ) assert.ok(alerts.includes(a), `alert ${a}`);
