@@ -14,7 +14,7 @@
 import type { NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
 import { clip, CniError } from "./errors.ts";
-import { type Family, type Ip, ipValue, miloFamily, parseCidr, parseIp } from "./ip.ts";
+import { blockStart, type Family, miloFamily, parseCidr } from "./ip.ts";
 
 /** The address requested for each family (canonical, no mask); empty when none is. */
 export function requestedAddresses(
@@ -86,16 +86,4 @@ function byFamily(
     out[c.family] = c.ip;
   }
   return out;
-}
-
-/** The first address of the /`prefix` block holding `ip`, canonical. */
-function blockStart(ip: Ip, prefix: number): string {
-  const width = ip.family === "ipv4" ? 32n : 128n;
-  const host = width - BigInt(prefix);
-  const v = (ipValue(ip) >> host) << host;
-  if (ip.family === "ipv4") return [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 255n)).join(".");
-  const groups = [...Array(8).keys()].map((i) =>
-    ((v >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)
-  );
-  return parseIp(groups.join(":"))!.ip;
 }

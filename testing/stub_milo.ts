@@ -8,7 +8,7 @@
  * handler's Invocation over it).
  */
 import { API_PATH, MiloClient } from "../lib/milo.ts";
-import { cidrContains, ipValue, parseCidr, parseIp } from "../lib/ip.ts";
+import { blockStart, cidrContains, parseCidr, parseIp } from "../lib/ip.ts";
 import { allocationName } from "../lib/milo_objects.ts";
 import { bucketName, projectOf } from "../lib/milo_quota.ts";
 import {
@@ -387,7 +387,7 @@ export class StubMilo {
     const v6 = parseIp(address)?.family === "ipv6";
     return {
       status: v6
-        ? { allocatedCIDR: `${blockOf(address, 96)}/96` }
+        ? { allocatedCIDR: `${blockStart(parseIp(address)!, 96)}/96` }
         : { allocatedCIDR: `${address}/32`, address },
     };
   }
@@ -445,14 +445,4 @@ export class StubMilo {
       status: { ...c.status, phase: "Releasing" },
     });
   }
-}
-
-/** The first address of the IPv6 /`prefix` block holding `address`, canonical. */
-function blockOf(address: string, prefix: number): string {
-  const host = 128n - BigInt(prefix);
-  const v = (ipValue(parseIp(address)!) >> host) << host;
-  const groups = [...Array(8).keys()].map((i) =>
-    ((v >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)
-  );
-  return parseIp(groups.join(":"))!.ip;
 }
