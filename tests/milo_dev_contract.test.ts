@@ -226,6 +226,8 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
           uniqueWithin: ["network"],
           allowedPrefixLengths: { min: 96, max: 96 },
           defaultPrefixLength: 96,
+          strategy: "FirstFit",
+          visibility: "consumer",
         });
         assert.deepEqual(cls.body.status, {
           phase: "Ready",
