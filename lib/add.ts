@@ -3,12 +3,12 @@ import { describeHolder, holderOf, madeBy, mismatches, recordsAnother } from "./
 import { encodeResult, type Lease } from "./cni.ts";
 import { requireIdentityGrant } from "./identity_grant.ts";
 import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
-import { type Family, formatCidr, miloFamily } from "./ip.ts";
+import { cidrContains, type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { afterFailedAdd, type Holding } from "./lease.ts";
 import type { JournalHold } from "./journal.ts";
 import { lockAttachment } from "./lockfile.ts";
-import type { IPClaim } from "./milo_objects.ts";
+import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
 import { grantedScope, namesScope } from "./scope_grant.ts";
 import type { NetworkConfig } from "./config.ts";
@@ -152,7 +152,9 @@ async function leaseFamily(
   }
   try {
     const cidr = leaseOf(claim, family, net.prefixLengths);
-    if (address && cidr.ip !== address) {
+    // Milo binds the block a requested address lies in (`parseRequestedBlock`
+    // masks it to the class's prefix length): a /96 holding it is that address's.
+    if (address && !cidrContains(cidr, { family, ip: address })) {
       throw new CniError(
         fresh ? "protocol" : "conflict",
         `claim ${name} holds ${cidr.ip}, not the requested ${address}`,
@@ -299,40 +301,41 @@ async function create(
   body: Record<string, unknown>,
   address: string | undefined,
 ): Promise<{ made?: IPClaim; existing?: IPClaim }> {
-  /** Milo's refusal; undefined for AlreadyExists. */
-  let refused: CniError | undefined;
+  /** Milo's 409; undefined for AlreadyExists. */
+  let refused: MiloRefusal | undefined;
   try {
     const made = await inv.milo.createClaim(body);
     if (made) return { made };
   } catch (err) {
-    refused = toCniError(err);
-    if (refused.outcome !== "conflict") throw refused;
+    if (!(err instanceof MiloRefusal) || err.outcome !== "conflict") throw err;
+    refused = err;
   }
   const existing = await inv.milo.getClaim(name);
   if (existing) return { existing };
   const said = refused?.details ?? "";
-  if (!refused || /already bound to/.test(said)) {
+  const kind = refused?.refusal.kind;
+  if (!refused || kind === "bound") {
     throw new CniError(
       "transient",
       `claim ${name} existed when Milo refused its create, and is gone now`,
       refused ? `${said}; retry the ADD` : "retry the ADD",
     );
   }
-  if (/does not re-bind/.test(said)) {
+  if (kind === "no-rebind") {
     throw new CniError(
       "conflict",
       `claim ${name}: Milo holds a retained allocation of this name and refuses to re-bind it`,
       `${said}; this Milo predates re-binding by name`,
     );
   }
-  if (/retained allocation does not match this claim/.test(said)) {
+  if (kind === "retained-mismatch") {
     throw new CniError(
       "conflict",
       `claim ${name}: Milo's retained allocation of this name does not match the claim`,
       `${said}; the network's class, scope or prefix length changed since it was retained`,
     );
   }
-  if (address && /address already allocated/.test(said)) {
+  if (address && kind === "address-taken") {
     throw new CniError("conflict", `requested address ${address} is taken`, said);
   }
   throw refused;

@@ -14,7 +14,7 @@ export const OUTCOMES = {
   config: { code: 7, summary: "invalid network config" },
   transient: { code: 11, summary: "try again later" },
   unavailable: { code: 50, summary: "plugin not available" },
-  exhausted: { code: 100, summary: "Milo IP pool exhausted" },
+  exhausted: { code: 100, summary: "Milo IP pool or quota exhausted" },
   auth: { code: 101, summary: "Milo refused the credentials" },
   rejected: { code: 102, summary: "Milo rejected the claim" },
   conflict: { code: 103, summary: "claim held by another attachment" },

@@ -88,6 +88,17 @@ export function cidrContains(cidr: Cidr, ip: Ip): boolean {
   return ipValue(cidr) >> host === ipValue(ip) >> host;
 }
 
+/** The first address of the /`prefix` block holding `ip`, canonical. */
+export function blockStart(ip: Ip, prefix: number): string {
+  const host = bits(ip.family) - BigInt(prefix);
+  const v = (ipValue(ip) >> host) << host;
+  if (ip.family === "ipv4") return [24n, 16n, 8n, 0n].map((s) => String((v >> s) & 255n)).join(".");
+  const groups = [...Array(8).keys()].map((i) =>
+    ((v >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)
+  );
+  return parseIp(groups.join(":"))!.ip;
+}
+
 /** True when `cidr` has no host bits set (it is its own network address). */
 export function isNetworkAddress(cidr: Cidr): boolean {
   const host = bits(cidr.family) - BigInt(cidr.prefix);

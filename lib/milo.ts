@@ -4,7 +4,14 @@
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
-import { clip, CniError, isTransientStatus, QUOTE_CHARS, Unanswered } from "./errors.ts";
+import {
+  clip,
+  CniError,
+  isTransientStatus,
+  QUOTE_CHARS,
+  toCniError,
+  Unanswered,
+} from "./errors.ts";
 import {
   httpClientFor,
   miloFetchFailure,
@@ -29,14 +36,24 @@ import {
   type IPClaim,
   IPClaimSchema,
   MAX_BODY_BYTES,
+  type MiloRefusal,
   type MiloStatus,
-  namespaceRefused,
   nameTaken,
   parse,
+  quotaPasses,
+  refusalOf,
   statusError,
   statusOf,
 } from "./milo_objects.ts";
 import { answerJson } from "./json_bound.ts";
+import {
+  AllowanceBucketSchema,
+  bucketName,
+  bucketPath,
+  projectOf,
+  type QuotaUsage,
+  unknownQuota,
+} from "./milo_quota.ts";
 import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClientOptions } from "./milo_options.ts";
@@ -155,22 +172,22 @@ export class MiloClient {
   /**
    * POSTs a claim: the bound claim on 201, or `null` when the name is taken:
    * 409 AlreadyExists, or Milo's 500 to the later of two overlapping creates
-   * of the name ({@link nameTaken}), which is not retried. A 403 refusing the
-   * namespace is an error naming it ({@link namespaceRefused}).
+   * of the name ({@link nameTaken}), which is not retried. Any other refusal
+   * is a {@link MiloRefusal} of its kind; one of Milo's quota admission that
+   * passes (timed out, a stale claim, its internal error) is sent again
+   * within the deadline ({@link quotaPasses}).
    */
   async createClaim(body: Record<string, unknown>): Promise<IPClaim | null> {
     const ns = this.#o.namespace;
     const name = String((body.metadata as { name?: unknown } | undefined)?.name ?? "");
     const also = (status: number, st: MiloStatus | undefined) =>
-      (status === 500 && nameTaken(st, ns, name)) ||
-      (status === 403 && namespaceRefused(st, ns) !== undefined);
+      status === 500 && nameTaken(st, ns, name);
     const path = this.#claimsPath();
     const a = await this.#call("POST", path, { body, accept: [201, 409], also });
     if (a.status === 201) return parse(IPClaimSchema, a.body, "IPClaim");
     const st = statusOf(a.body);
-    if (a.status === 403) throw namespaceRefused(st, ns)!;
     if (a.status === 500 || st?.reason === "AlreadyExists") return null;
-    throw statusError(`POST ${path}`, 409, st);
+    throw statusError(`POST ${path}`, 409, st, "", ns);
   }
 
   /** GETs a claim, or `null` when Milo has none of that name. */
@@ -297,6 +314,27 @@ export class MiloClient {
     return await scanList(this.#get, CLAIM_LIST, this.#claimsPath(), labelSelector, visit);
   }
 
+  /**
+   * The project's IPClaim quota as Milo's AllowanceBucket says it (one GET,
+   * see milo_quota.ts), or why it is not known; never throws.
+   */
+  async quotaUsage(): Promise<QuotaUsage> {
+    const project = projectOf(this.#o.baseUrl);
+    if (!project) return { unknown: "milo.url names no project (…/projects/P/control-plane)" };
+    try {
+      const name = bucketName(project);
+      const a = await this.#call("GET", bucketPath(project), { accept: [200, 403, 404], name });
+      if (a.status !== 200) return unknownQuota(a.status as 403 | 404, project);
+      const { status } = parse(AllowanceBucketSchema, a.body, "AllowanceBucket");
+      const available = status.available ?? Math.max(0, status.limit - status.allocated);
+      return { limit: status.limit, allocated: status.allocated, available };
+    } catch (err) {
+      const e = toCniError(err);
+      const none = e.outcome === "protocol" && /: HTTP 404 /.test(e.message);
+      return { unknown: none ? "Milo serves no quota API (quota.miloapis.com) here" : e.message };
+    }
+  }
+
   /** A GET of a LIST's page, read by `read` as a stream: Milo's clock of the answer. */
   readonly #get: StreamGet = async (path, read) =>
     (await this.#call("GET", path, { accept: [200], stream: read })).date;
@@ -316,6 +354,8 @@ export class MiloClient {
     const headers = miloHeaders(opt.token, o.body !== undefined);
     let last = "no attempt made";
     let answered = "";
+    /** The last answer when it was a quota refusal that passes: what giving up reports. */
+    let refused: MiloRefusal | undefined;
     let attempts = 0;
     const gone = () => new CniError("transient", `${what}: stopped, the caller is gone`, last);
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
@@ -380,9 +420,18 @@ export class MiloClient {
           }
           return { status: res.status, body: json, date };
         }
-        if (!isTransientStatus(res.status)) throw statusError(what, res.status, st, text);
-        last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
-        if (res.status !== 429) unanswered = last;
+        const refusal = method === "POST" ? refusalOf(res.status, st) : undefined;
+        if (refusal?.kind === "quota" && quotaPasses(refusal.why)) {
+          // Milo's quota admission may decide differently when asked again.
+          refused = statusError(what, res.status, st, text, opt.namespace) as MiloRefusal;
+          last = answered = `Milo answered 403 (quota: ${refusal.why})`;
+        } else if (!isTransientStatus(res.status)) {
+          throw statusError(what, res.status, st, text, opt.namespace);
+        } else {
+          refused = undefined;
+          last = answered = `Milo answered ${res.status}${st?.message ? `: ${st.message}` : ""}`;
+          if (res.status !== 429) unanswered = last;
+        }
         if (slot && (status === 429 || status === 503)) {
           wait = 0; // The limiter's pause and pacing of its flow stand for this request's own.
         } else if (hinted !== undefined) {
@@ -393,6 +442,7 @@ export class MiloClient {
         const failure = miloFetchFailure(err, method, url, timeoutMs);
         last = answered ? `${answered}; then ${failure}` : failure;
         if (!neverSent(err)) unanswered = failure;
+        refused = undefined;
       } finally {
         watch?.stop();
         // Over half its timeout, or none: Milo queued it (its priority and fairness) or is slow.
@@ -405,10 +455,19 @@ export class MiloClient {
       if (attempt === MAX_ATTEMPTS || this.#now() + wait >= opt.deadline) break;
       if (wait > 0) await pause(wait, this.#sleep, opt.signal);
     }
+    const tried = `gave up within the deadline after ${attempts} attempt(s)`;
+    if (refused) {
+      throw new CniError(refused.outcome, refused.message, `${refused.details}; ${tried}`);
+    }
+    // Milo's quota admission holds a create up to 30 s, and one sent again waits from the start.
+    const admission = method === "POST" && /timed out after \d+ ms$/.test(last)
+      ? "; a create may wait in Milo's quota admission before it is answered: " +
+        "timeouts.requestMs must exceed that wait (docs/quota.md)"
+      : "";
     throw new CniError(
       "transient",
       `Milo unreachable or overloaded: ${what}`,
-      `${last}; gave up within the deadline after ${attempts} attempt(s)`,
+      `${last}; ${tried}${admission}`,
     );
   }
 

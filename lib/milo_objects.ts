@@ -265,12 +265,146 @@ function causes(st: MiloStatus | undefined): Record<string, string> {
   return out;
 }
 
-/** Maps a non-retryable Milo answer to a CniError, using the Status object for detail. */
+/** Why Milo's quota admission refused a create. */
+export type QuotaWhy = "denied" | "timeout" | "stale" | "misconfigured" | "internal";
+
+/**
+ * Why Milo refused a request, read from its 403 or 409 Status; the handlers
+ * act on the kind, never on Milo's words.
+ *
+ * - `quota`: Milo's quota admission (milo's `ResourceQuotaEnforcement`,
+ *   `pkg/quota/admission/plugin.go` and `errors.go` in milo-os/milo at
+ *   79689376, the version milo-os/ipam a41cd6f1 builds with), which Milo's
+ *   IPAM server runs on every create (`cmd/ipam/serve.go` `EnableQuota`):
+ *   every failure is a 403 on the claim, told apart only by its message
+ *   (`userFacingClaimError`): the project at its `ipclaims-per-project`
+ *   limit (`denied`), no decision within `ClaimWaitTimeout` (30 s,
+ *   `timeout`), a denied ResourceClaim of the name not yet cleaned up
+ *   (`stale`), a ClaimCreationPolicy that cannot be enforced
+ *   (`misconfigured`), anything else (`internal`).
+ * - `namespace`: a create into a namespace missing or being deleted in the
+ *   project (`RefuseNamespace`, `internal/access/namespace.go`).
+ * - `class`: the token may not claim addresses of the class
+ *   (`AuthorizeClassConsumption`, `internal/access/class.go`).
+ * - `forbidden`: any other 403 (the token's project or verbs).
+ * - `exists`: 409 AlreadyExists; `bound`: the reclaim probe found the name's
+ *   allocation bound to a live claim; `no-rebind`: an older Milo refuses to
+ *   re-bind a retained allocation; `retained-mismatch`: the retained
+ *   allocation does not match the claim (`ReclaimRetained`,
+ *   `internal/allocator/reclaim.go`); `address-taken`: a requested address
+ *   held in the claim's address space (`selectBlock`,
+ *   `internal/allocator/prefix.go`); `conflict`: any other 409.
+ */
+export type Refusal =
+  | { kind: "quota"; why: QuotaWhy }
+  | { kind: "namespace"; terminating: boolean }
+  | { kind: "class" }
+  | { kind: "forbidden" }
+  | { kind: "exists" | "bound" | "no-rebind" | "retained-mismatch" | "address-taken" | "conflict" };
+
+/** Milo's words for each quota failure (`userFacingClaimError`), as the kind they mean. */
+const QUOTA_WORDS: [QuotaWhy, string][] = [
+  ["denied", "You've reached your quota for this resource type"],
+  ["timeout", "Your request took too long to be checked against your quota"],
+  ["stale", "We're still cleaning up from a previous attempt to create this resource"],
+  ["misconfigured", "Quota enforcement for this resource type is misconfigured"],
+  ["internal", "Something went wrong while checking your quota"],
+];
+
+/** Milo's words for each 409 of a create, as the kind they mean. */
+const CONFLICT_WORDS: [Refusal["kind"], string][] = [
+  ["bound", "already bound to"],
+  ["no-rebind", "does not re-bind"],
+  ["retained-mismatch", "retained allocation does not match this claim"],
+  ["address-taken", "address already allocated"],
+];
+
+/** Why Milo answered 403 or 409 (undefined for any other status), from its Status. */
+export function refusalOf(status: number, st: MiloStatus | undefined): Refusal | undefined {
+  const m = st?.message ?? "";
+  if (status === 409) {
+    if (st?.reason === "AlreadyExists") return { kind: "exists" };
+    return { kind: CONFLICT_WORDS.find(([, w]) => m.includes(w))?.[0] ?? "conflict" } as Refusal;
+  }
+  if (status !== 403) return undefined;
+  const kind = st?.details?.kind;
+  if (kind === "ipclaims") {
+    const quota = QUOTA_WORDS.find(([, w]) => m.includes(w));
+    if (quota) return { kind: "quota", why: quota[0] };
+    if (/\bnamespace \S+ does not exist\b/.test(m)) {
+      return { kind: "namespace", terminating: false };
+    }
+    if (/\bin namespace \S+ because it is being terminated\b/.test(m)) {
+      return { kind: "namespace", terminating: true };
+    }
+  }
+  if (kind === "ipclasses" && m.includes("caller may not claim addresses of this class")) {
+    return { kind: "class" };
+  }
+  return { kind: "forbidden" };
+}
+
+/** True for a quota refusal worth sending the create again within the deadline. */
+export function quotaPasses(why: QuotaWhy): boolean {
+  return why === "timeout" || why === "stale" || why === "internal";
+}
+
+/** A Milo refusal as an error, with its kind for the handlers ({@link refusalOf}). */
+export class MiloRefusal extends CniError {
+  readonly refusal: Refusal;
+
+  constructor(refusal: Refusal, outcome: Outcome, msg: string, details: string) {
+    super(outcome, msg, details);
+    this.refusal = refusal;
+  }
+}
+
+/** What an operator reads of each quota refusal, and what it is. */
+const QUOTA_ERRORS: Record<QuotaWhy, [Outcome, string, string]> = {
+  denied: [
+    "exhausted",
+    "Milo's quota refused the claim: the project holds all the IPClaims its " +
+    "ipclaims-per-project quota allows",
+    "raise the project's ipclaims-per-project quota in Milo above the claims its clusters hold " +
+    "(one per pod and family, and those not yet released: docs/quota.md), or delete claims " +
+    "it no longer needs",
+  ],
+  timeout: [
+    "transient",
+    "Milo's quota admission did not decide within its 30 s wait",
+    "the runtime retries the ADD; if it keeps happening, Milo's quota controllers are behind: " +
+    "tell Milo's operator",
+  ],
+  stale: [
+    "transient",
+    "Milo is still cleaning up a refused quota claim of this name",
+    "wait a few seconds (the runtime retries); if it keeps happening, the project is at its " +
+    "ipclaims-per-project quota",
+  ],
+  misconfigured: [
+    "rejected",
+    "Milo's quota enforcement of IPClaims is misconfigured: no claim can be made",
+    "Milo's ClaimCreationPolicy for IPClaim cannot be enforced: tell Milo's operator",
+  ],
+  internal: [
+    "transient",
+    "Milo could not check the claim against its quota",
+    "the runtime retries the ADD; if it keeps happening, tell Milo's operator",
+  ],
+};
+
+/**
+ * Maps a Milo answer that is not retried to a CniError, using the Status
+ * object for detail; a 403 or 409 is a {@link MiloRefusal} of its kind.
+ * `namespace` is the one the client sent (a namespace refusal names it,
+ * never the server's text: a 403 is not quoted).
+ */
 export function statusError(
   what: string,
   status: number,
   st: MiloStatus | undefined,
   text = "",
+  namespace = "",
 ): CniError {
   const outcome: Outcome = outcomeOfHttpStatus(status);
   // A refusal of the credentials is not quoted: a server may echo what it was sent.
@@ -279,6 +413,48 @@ export function statusError(
   const detail = `${what}: HTTP ${status}${st?.reason ? ` ${st.reason}` : ""}${
     said ? `: ${said}` : ""
   }`;
+  // Only a create meets the quota, the namespace or the class (`AllocatingREST.Create`).
+  const asked = refusalOf(status, st);
+  const createOnly = asked?.kind === "quota" || asked?.kind === "namespace" ||
+    asked?.kind === "class";
+  const refusal: Refusal | undefined = createOnly && !what.startsWith("POST ")
+    ? { kind: "forbidden" }
+    : asked;
+  if (refusal?.kind === "quota") {
+    const [o, msg, todo] = QUOTA_ERRORS[refusal.why];
+    return new MiloRefusal(refusal, o, msg, `${detail} (quota: ${refusal.why}); ${todo}`);
+  }
+  if (refusal?.kind === "namespace") {
+    const t = refusal.terminating;
+    return new MiloRefusal(
+      refusal,
+      "auth",
+      `Milo refuses claims in namespace ${namespace}: it ${
+        t ? "is being deleted" : "does not exist"
+      } in the token's project`,
+      `HTTP 403 Forbidden; ${
+        t ? "wait until it is gone and create it again, or set" : "create it, or set"
+      } milo.namespace in the node config to a live namespace of the project`,
+    );
+  }
+  if (refusal?.kind === "class") {
+    return new MiloRefusal(
+      refusal,
+      "auth",
+      "Milo forbids the token to claim addresses of the class (403): check the token's project " +
+        "and the class",
+      `${detail}; the class must be visible to tenants (visibility consumer or shared), not a ` +
+        "container class, and the token's identity needs use on it",
+    );
+  }
+  if (refusal) {
+    const msg = status === 403
+      ? "Milo forbids this request (403): check the token's project and the class"
+      : st?.message
+      ? `Milo: ${st.message}`
+      : `Milo answered HTTP ${status}`;
+    return new MiloRefusal(refusal, outcome, msg, detail);
+  }
   switch (outcome) {
     case "exhausted": {
       const c = causes(st);
@@ -286,13 +462,7 @@ export function statusError(
       return new CniError(outcome, `Milo pool ${pool} serving class ${cls} is exhausted`, detail);
     }
     case "auth":
-      return new CniError(
-        outcome,
-        status === 401
-          ? "Milo rejected the token (401): check milo.tokenFile"
-          : "Milo forbids this request (403): check the token's project and the class",
-        detail,
-      );
+      return new CniError(outcome, "Milo rejected the token (401): check milo.tokenFile", detail);
     default:
       return new CniError(
         outcome,
@@ -317,32 +487,6 @@ export function nameTaken(st: MiloStatus | undefined, namespace: string, name: s
   return said.some((m) =>
     m.includes("ipam: allocation already exists") &&
     m.includes(`/ipallocations/${namespace}/${alloc}"`)
-  );
-}
-
-/**
- * Milo's 403 to a create into `namespace` because it does not exist or is
- * being deleted in the project's control plane (`RefuseNamespace`,
- * `internal/access/namespace.go`), as an error naming it and what to do;
- * undefined for any other answer. Only the namespace this client sent is
- * named, never the server's text (a 403 is not quoted).
- */
-export function namespaceRefused(
-  st: MiloStatus | undefined,
-  namespace: string,
-): CniError | undefined {
-  const m = st?.message ?? "";
-  const missing = m.includes(`namespace ${namespace} does not exist`);
-  const terminating = m.includes(`namespace ${namespace} because it is being terminated`);
-  if (!missing && !terminating) return undefined;
-  return new CniError(
-    "auth",
-    `Milo refuses claims in namespace ${namespace}: it ${
-      terminating ? "is being deleted" : "does not exist"
-    } in the token's project`,
-    `HTTP 403 Forbidden; ${
-      terminating ? "wait until it is gone and create it again, or set" : "create it, or set"
-    } milo.namespace in the node config to a live namespace of the project`,
   );
 }
 

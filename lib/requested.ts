@@ -6,12 +6,17 @@
  * pinning "a separate and more privileged operation": it is the node's to
  * grant (`allowRequestedAddresses`: `true` for every namespace, or per
  * namespace and network as identities are, lib/identity_grant.ts), refused
- * otherwise (7, naming the key and the grant root would add).
+ * otherwise (7, naming the key and the grant root would add). Milo binds the
+ * block a requested address lies in (`parseRequestedBlock`,
+ * `internal/allocator/prefix.go`, masks it to the class's prefix length):
+ * where the network says its IPv6 class hands out blocks
+ * (`prefixLengths.ipv6` below 128), an address that is not its block's first
+ * is refused before anything is asked, naming the address to request.
  */
 import type { NodeConfig } from "./config.ts";
 import type { NetConf } from "./netconf.ts";
 import { clip, CniError } from "./errors.ts";
-import { type Family, miloFamily, parseCidr } from "./ip.ts";
+import { blockStart, type Family, miloFamily, parseCidr } from "./ip.ts";
 
 /** The address requested for each family (canonical, no mask); empty when none is. */
 export function requestedAddresses(
@@ -43,7 +48,7 @@ export function requestedAddresses(
         `operation"): root adds ${example} to allowRequestedAddresses (true grants every namespace)`,
     );
   }
-  const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network.classes)]);
+  const parsed = given.map(([key, list]) => [key, byFamily(key, list, conf.network)]);
   const [[key, first], second] = parsed as [string, Partial<Record<Family, string>>][];
   if (second && (second[1].ipv4 !== first.ipv4 || second[1].ipv6 !== first.ipv6)) {
     throw new CniError(
@@ -60,8 +65,9 @@ export function requestedAddresses(
 function byFamily(
   key: string,
   list: string[],
-  classes: Partial<Record<Family, string>>,
+  network: Pick<NetConf["network"], "classes" | "prefixLengths">,
 ): Partial<Record<Family, string>> {
+  const classes = network.classes;
   const out: Partial<Record<Family, string>> = {};
   for (const text of list) {
     const c = parseCidr(text);
@@ -79,6 +85,15 @@ function byFamily(
     }
     if (out[c.family]) {
       throw new CniError("config", `${key}: two ${miloFamily(c.family)} addresses requested`);
+    }
+    const block = network.prefixLengths?.[c.family];
+    const first = block === undefined ? c.ip : blockStart(c, block);
+    if (first !== c.ip) {
+      throw new CniError(
+        "config",
+        `${key}: ${c.ip} lies inside the /${block} block ${first}/${block}, which Milo binds ` +
+          `whole (the pod's address is its first): request ${first}`,
+      );
     }
     out[c.family] = c.ip;
   }

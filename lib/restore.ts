@@ -13,7 +13,7 @@ import { KEYS, PREFIX } from "./claims.ts";
 import { CniError, toCniError } from "./errors.ts";
 import { describeHolder } from "./holder.ts";
 import { ipValue, parseCidr, parseIp } from "./ip.ts";
-import type { IPClaim } from "./milo_objects.ts";
+import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 
 /** The Milo client's calls a restore makes. */
 export interface RestoreCalls {
@@ -66,7 +66,7 @@ export async function restoreClaim(
   }
   const found = made ?? await milo.getClaim(meta.name);
   if (!found) {
-    if (refused && /address already allocated/.test(refused.details)) {
+    if (refused instanceof MiloRefusal && refused.refusal.kind === "address-taken") {
       return duplicate(`another claim holds ${address} (Milo: ${refused.details})`);
     }
     throw new CniError(

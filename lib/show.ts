@@ -6,7 +6,8 @@
  * host and age on Milo's clock, and on the holder's own node (this node name
  * and host) whether its result caches name the container, the node's record
  * of it and its journal entry. `--retained`: every retained allocation of
- * the namespace (lib/show_retained.ts). Read-only.
+ * the namespace (lib/show_retained.ts). Then how close the project is to its
+ * IPClaim quota, where Milo says (lib/milo_quota.ts). Read-only.
  */
 import { clusterSelector, KEYS, labelValue, nodeSelector } from "./claims.ts";
 import { holderOf } from "./holder.ts";
@@ -179,7 +180,8 @@ export async function showCli(args: string[]): Promise<number> {
 /**
  * Runs one query against Milo with the node config (`config`, else the
  * installed one): one LIST of claims, or of IPAllocations for `--retained`;
- * an address no claim holds costs one more, of IPAllocations.
+ * an address no claim holds costs one more, of IPAllocations; and one GET of
+ * the project's quota bucket.
  */
 export async function show(
   query: ShowQuery,
@@ -224,6 +226,7 @@ export async function show(
     }
     const findings = await findingsFor(query, node);
     if (findings) report.findings = findings;
+    report.quota = await milo.quotaUsage();
   } catch (err) {
     const e = toCniError(err);
     report.error = { message: e.message, details: e.details };

@@ -6,6 +6,7 @@
  */
 import { redact } from "./errors.ts";
 import type { ShowReport } from "./show_report.ts";
+import { quotaText } from "./milo_quota.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** What re-binds a retained address, and what Milo does not record of it. */
@@ -69,6 +70,7 @@ export function renderShow(r: ShowReport): string {
       `${count(r.retained?.length ?? 0, "retained allocation")} in namespace ${r.namespace} ` +
       "(one LIST of every IPAllocation of the namespace)",
       ...renderRetainedTable(r.retained ?? []),
+      quotaText(r.quota),
     ];
     return redact(lines.join("\n")) + "\n";
   }
@@ -113,6 +115,7 @@ export function renderShow(r: ShowReport): string {
     );
   }
   if (r.grants && q.by === "pod") lines.push(...podNote(r.grants, q.namespace));
+  lines.push("", quotaText(r.quota));
   return redact(lines.join("\n")) + "\n";
 }
 

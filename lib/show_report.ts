@@ -4,6 +4,7 @@
  * of each, and the retained allocations.
  */
 import type { State } from "./liveness.ts";
+import type { QuotaUsage } from "./milo_quota.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** A node's findings, as its reconcile state keeps them. */
@@ -78,6 +79,8 @@ export interface ShowReport {
    * live attachments without their claim. Absent off the node or when none.
    */
   findings?: Findings;
+  /** The project's IPClaim quota as Milo counts it (one GET), or why it is not known. */
+  quota?: QuotaUsage;
   requests: number;
   error: { message: string; details: string } | null;
 }

@@ -124,8 +124,19 @@ interface Observation extends NodeView {
 /** A safety brake: the run stops and releases nothing. */
 class Brake extends Error {}
 
-/** One sweep run: observe, wait `intervalMs`, observe again, decide, re-check and release. */
+/**
+ * One sweep run: observe, wait `intervalMs`, observe again, decide, re-check
+ * and release; then how close the project is to its IPClaim quota, where
+ * Milo says (one GET, lib/milo_quota.ts).
+ */
 export async function sweep(o: SweepOptions): Promise<SweepReport> {
+  const report = await run(o);
+  report.quota = await o.milo.withDeadline(Date.now() + o.operationMs).quotaUsage();
+  report.requests.milo = o.milo.requests;
+  return report;
+}
+
+async function run(o: SweepOptions): Promise<SweepReport> {
   const now = o.now ?? Date.now;
   const start = now();
   const report = emptyReport(o, start);

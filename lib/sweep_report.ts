@@ -2,6 +2,7 @@
  * The report of one `milo-ipam sweep` run: its stable JSON shape (documented
  * in the README), the exit codes, and the text form for a human.
  */
+import { quotaText, type QuotaUsage } from "./milo_quota.ts";
 import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
 
 /** Exit codes of `milo-ipam sweep`. */
@@ -80,6 +81,8 @@ export interface SweepReport {
     failed: number;
   };
   rows: SweepRow[];
+  /** The project's IPClaim quota as Milo counts it after the run, or why it is not known. */
+  quota?: QuotaUsage;
   requests: { milo: number; kubernetes: number };
   error: { message: string; details: string } | null;
 }
@@ -193,6 +196,7 @@ export function renderText(r: SweepReport): string {
       `cluster) of ${t.pods} pods, ${t.candidates} candidates (${t.podsToRelease} pods to ` +
       `release): ${t.released} released, ${t.wouldRelease} would be released, ${t.kept} kept, ` +
       `${t.failed} failed`,
+    ...(r.quota ? [quotaText(r.quota)] : []),
     `requests: Milo ${r.requests.milo}, Kubernetes ${r.requests.kubernetes}; ${r.durationMs} ms`,
     `${r.message} (exit ${r.exitCode})`,
   );

@@ -2,6 +2,7 @@
 
 import { defaultFaults, FaultError, type Faults, mergeFaults } from "./faults.ts";
 import { type Limits, LimitsError, mergeLimits } from "./limits.ts";
+import { defaultQuota, mergeQuota, QuotaError, type QuotaSettings } from "./quota.ts";
 import {
   mergeRetention,
   parseDuration,
@@ -29,6 +30,9 @@ export interface AdminContext {
   setRetention(next: RetentionSettings): void;
   /** One sweep pass now, or at now plus `advanceMs` (a lease aged without waiting). */
   sweep(advanceMs: number): SweepResult;
+  quota(): QuotaSettings;
+  /** Puts new quota settings in force (limits by project, the controllers' timing, the policy). */
+  setQuota(next: QuotaSettings): void;
 }
 
 /** A running admin listener. */
@@ -38,7 +42,7 @@ export interface AdminServer {
 }
 
 const HELP = "milo-dev admin\n  GET|PUT|POST|DELETE /faults\n  GET|PUT|POST|DELETE /limits\n" +
-  "  GET|PUT|POST|DELETE /retention   POST /retention/sweep\n" +
+  "  GET|PUT|POST|DELETE /retention   POST /retention/sweep\n  GET|PUT|POST|DELETE /quota\n" +
   "  GET /stats   POST /stats/reset\n  GET /healthz\n";
 
 function json(v: unknown, status = 200): Response {
@@ -94,6 +98,8 @@ async function handle(req: Request, ctx: AdminContext): Promise<Response> {
   }
   const settings = pathname === "/limits"
     ? settingsRoute(req, [ctx.limits, ctx.startLimits, ctx.setLimits, mergeLimits, LimitsError])
+    : pathname === "/quota"
+    ? settingsRoute(req, [ctx.quota, defaultQuota, ctx.setQuota, mergeQuota, QuotaError])
     : pathname === "/retention"
     ? settingsRoute(req, [
       ctx.retention,
@@ -138,7 +144,7 @@ export function serveAdmin(host: string, port: number, ctx: AdminContext): Admin
     } catch (err) {
       if (
         err instanceof FaultError || err instanceof LimitsError || err instanceof RetentionError ||
-        err instanceof SyntaxError
+        err instanceof QuotaError || err instanceof SyntaxError
       ) {
         return json({ error: err.message }, 400);
       }

@@ -131,19 +131,23 @@ export class Allocator {
   }
 
   /**
-   * Checks a pinned `spec.address` and finds its pool; 400 or 409 when it
-   * cannot be had. The three answers Milo gives are in its words
-   * (`selectBlock` in `internal/allocator/prefix.go`, mapped by
-   * `mapAllocationError` in `internal/registry/ipam/ipclaim/storage.go`): not
-   * an address, 400 `ipam: invalid address`; outside the pools, 400 `ipam:
-   * address outside pool`; held in the same address space (a retained allocation included), 409
-   * Conflict `ipam: address already allocated` with an empty name, as Milo
-   * passes it. The other 400s (family, prefix length, alignment, a reserved
-   * unit) are milo-dev's own.
+   * Checks a pinned `spec.address` against the pool `DiscoverPool` chose,
+   * in Milo's words (`selectBlock` and `parseRequestedBlock` in
+   * `internal/allocator/prefix.go`, mapped by `mapAllocationError` in
+   * `internal/registry/ipam/ipclaim/storage.go`). A bare address is masked to
+   * the class's prefix length, so an IPv6 address inside a /96 binds that
+   * block; not an address, 400 `ipam: invalid address`; outside the pool
+   * (another pool of the class, another family), 400 `ipam: address outside
+   * pool` naming the pool's key; held in the same address space (a retained
+   * allocation included) or reserved (Milo's reservations are allocation
+   * rows every space excludes: `inScope`), 409 Conflict `ipam: address
+   * already allocated` with an empty name, as Milo passes it. A CIDR of
+   * another prefix length than the class's is milo-dev's own 400 (Milo
+   * would bind a block of that size).
    */
   pinned(
     project: string,
-    plans: PoolPlan[],
+    plan: PoolPlan,
     space: string,
     claim: { className: string; cls: ClassSpec; address: string },
   ): Pick {
@@ -159,26 +163,18 @@ export class Allocator {
         `spec.address "${address}" does not have the prefix length of IPClass "${className}"`,
       );
     }
-    if (ip.family !== cls.ipFamily) {
+    const b = bounds(plan);
+    const start = ip.family === cls.ipFamily ? ip.value - ip.value % b.unit : ip.value;
+    if (ip.family !== plan.cidr.family || !contains(plan, ip.family, start)) {
       throw badRequest(
-        `spec.address "${address}" is not ${cls.ipFamily} as IPClass "${className}" requires`,
+        `ipam: address outside pool: ${address} is outside pool "${poolKey(project, plan.name)}"`,
       );
     }
-    if (ip.value % blockSize(ip.family, cls.prefixLength) !== 0n) {
-      throw badRequest(`spec.address "${address}" is not aligned to /${cls.prefixLength}`);
+    const reserved = start < b.first || start + b.unit > b.limit;
+    if (reserved || this.#index.isAllocated(project, plan.name, space, start)) {
+      throw conflict("ipclaims", "", `ipam: address already allocated: ${address}`);
     }
-    for (const plan of plans) {
-      if (!contains(plan, ip.family, ip.value)) continue;
-      const b = bounds(plan);
-      if (ip.value < b.first || ip.value + b.unit > b.limit) {
-        throw badRequest(`spec.address "${address}" is reserved in IPPool "${plan.name}"`);
-      }
-      if (this.#index.isAllocated(project, plan.name, space, ip.value)) {
-        throw conflict("ipclaims", "", `ipam: address already allocated: ${address}`);
-      }
-      return { plan, start: ip.value };
-    }
-    throw badRequest(`ipam: address outside pool: ${address} is outside pool "${plans[0].name}"`);
+    return { plan, start };
   }
 
   /** Records a committed FirstFit pick: the next walk of its space starts after it. */
@@ -192,6 +188,11 @@ export class Allocator {
     const hint = this.#cursor.get(key);
     if (hint === undefined || start < hint) this.#cursor.set(key, start);
   }
+}
+
+/** A pool's storage key, as Milo's errors name it (`tenant.Identity.ResourceKey`). */
+function poolKey(project: string, pool: string): string {
+  return `project/${project}/ipam.miloapis.com/ippools/${pool}`;
 }
 
 function cursorKey(project: string, pool: string, space: string): string {

@@ -1,31 +1,38 @@
 /**
  * API Priority and Fairness as the Kubernetes API server gives it
  * (k8s.io/apiserver `pkg/util/flowcontrol`, its filter
- * `pkg/server/filters/priority-and-fairness.go`), in front of the allocation
- * ceiling (limits.ts): a claim create the ceiling has no room for waits in a
- * queue; a flow (a bearer token) holds at most `queueLength` queued creates;
- * one that waits `queueWaitMs` is rejected, and so is one that finds its
- * flow's queue full. A rejection is the filter's `tooManyRequests`: 429,
- * `text/plain`, the body `Too many requests, please try again later.` and a
- * `Retry-After` from the dropped-requests tracker
+ * `pkg/server/filters/priority-and-fairness.go`), in front of every API
+ * request, Milo's front door and its IPAM server alike: a request runs while
+ * it holds one of the priority level's seats (`concurrency`), from admission
+ * until it is answered (a claim create's quota admission wait included); one
+ * that finds none free waits in a queue. A claim create also needs the
+ * allocation ceiling's room (limits.ts) and waits in the same queue for it,
+ * holding no seat, while the requests behind it that need no room go on
+ * (they would take a seat and a pgx connection of their own on Milo). A flow
+ * (a bearer token) holds at most `queueLength` queued requests; one that
+ * waits `queueWaitMs` is rejected, and so is one that finds its flow's queue
+ * full. A rejection is the filter's `tooManyRequests`: 429, `text/plain`, the
+ * body `Too many requests, please try again later.` and a `Retry-After` from
+ * the dropped-requests tracker
  * (`pkg/util/flowcontrol/dropped_requests_tracker.go`): 1 s, doubled (up to
  * 32) when a second starts and the last `retryAfter` seconds dropped at least
  * three times `retryAfter` requests, at most once per `retryAfter` seconds,
  * and lowered by one when they dropped fewer than `retryAfter`. A caller that
- * hangs up while queued leaves the queue and is never served. Queued creates
- * are served first come, first served (APF's fair queuing between flows is
- * not modelled).
+ * hangs up while queued leaves the queue and is never served. Queued requests
+ * are served first come, first served (APF's fair queuing between flows and
+ * the seats a LIST's width takes are not modelled).
  */
 
 import type { AllocationCeiling } from "./limits.ts";
 
-/** What a create's entry came to. */
+/** What a request's entry came to; an admitted one gives its seat back with `done`. */
 export type Entry =
-  | { admitted: true; waitedMs: number }
+  | { admitted: true; waitedMs: number; done: () => void }
   | { admitted: false; retryAfterSeconds: number; why: "full" | "timeout" };
 
 interface Waiter {
   flow: string;
+  create: boolean;
   since: number;
   settle: (e: Entry | "gone") => void;
 }
@@ -85,13 +92,14 @@ export class DroppedRequests {
   }
 }
 
-/** The queue in front of the allocation ceiling. */
+/** The queue in front of the API: seats, and the allocation ceiling for creates. */
 export class ApfQueue {
   readonly #ceiling: AllocationCeiling;
   readonly #now: () => number;
   readonly #drops: DroppedRequests;
   #waiters: Waiter[] = [];
   #perFlow = new Map<string, number>();
+  #busy = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
@@ -104,21 +112,26 @@ export class ApfQueue {
     this.#drops = drops;
   }
 
-  /** Creates waiting now. */
+  /** Requests waiting now. */
   get length(): number {
     return this.#waiters.length;
   }
 
+  /** Seats held now (requests running). */
+  get running(): number {
+    return this.#busy;
+  }
+
   /**
-   * Enters one create of `flow`: admitted at once when nothing waits and the
-   * ceiling has room, else queued until it has; rejected when the flow's
-   * queue is full or the wait limit passes. `gone` (the caller hung up while
-   * queued) is never answered.
+   * Enters one request of `flow` (a claim create when `create`): admitted at
+   * once when nothing waits, a seat is free and (a create) the ceiling has
+   * room, else queued until they are; rejected when the flow's queue is full
+   * or the wait limit passes. `gone` (the caller hung up while queued) is
+   * never answered. An admitted request calls `done` once answered.
    */
-  enter(flow: string, gone: AbortSignal): Promise<Entry | "gone"> {
-    if (this.#waiters.length === 0 && this.#ceiling.admit().admitted) {
-      return Promise.resolve({ admitted: true, waitedMs: 0 });
-    }
+  enter(flow: string, gone: AbortSignal, create = true): Promise<Entry | "gone"> {
+    const now = this.#waiters.length === 0 && this.#seatFree();
+    if (now && (!create || this.#ceiling.admit().admitted)) return Promise.resolve(this.#admit(0));
     const { queueLength, queueWaitMs } = this.#ceiling.get();
     if ((this.#perFlow.get(flow) ?? 0) >= queueLength) return Promise.resolve(this.#reject("full"));
     return new Promise((resolve) => {
@@ -126,6 +139,7 @@ export class ApfQueue {
       const onGone = () => w.settle("gone");
       const w: Waiter = {
         flow,
+        create,
         since: this.#now(),
         settle: (e) => {
           clearTimeout(limit);
@@ -144,16 +158,31 @@ export class ApfQueue {
 
   /** Serves the queue again now (the limits changed). */
   kick(): void {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
     this.#pump();
   }
 
-  /** Rejects every queued create and stops (server shutdown). */
+  /** Rejects every queued request and stops (server shutdown). */
   close(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     for (const w of [...this.#waiters]) w.settle("gone");
+  }
+
+  #seatFree(): boolean {
+    const n = this.#ceiling.get().concurrency;
+    return n === 0 || this.#busy < n;
+  }
+
+  #admit(waitedMs: number): Entry {
+    this.#busy++;
+    let held = true;
+    const done = () => {
+      if (!held) return;
+      held = false;
+      this.#busy--;
+      this.#pump();
+    };
+    return { admitted: true, waitedMs, done };
   }
 
   #reject(why: "full" | "timeout"): Entry {
@@ -170,19 +199,32 @@ export class ApfQueue {
     else this.#perFlow.delete(w.flow);
   }
 
+  /**
+   * Serves waiters in order while seats are free. A create the ceiling has
+   * no room for stays queued, and so do the creates behind it (they are
+   * served in order); the requests behind it that need no room go on.
+   */
   #pump(): void {
-    if (this.#timer !== undefined) return;
-    while (this.#waiters.length) {
-      const a = this.#ceiling.admit();
-      if (!a.admitted) {
-        this.#timer = setTimeout(() => {
-          this.#timer = undefined;
-          this.#pump();
-        }, Math.ceil(a.waitMs));
-        return;
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    let roomIn: number | undefined;
+    for (const w of [...this.#waiters]) {
+      if (!this.#seatFree()) break;
+      if (w.create) {
+        if (roomIn !== undefined) continue;
+        const a = this.#ceiling.admit();
+        if (!a.admitted) {
+          roomIn = a.waitMs;
+          continue;
+        }
       }
-      const w = this.#waiters[0];
-      w.settle({ admitted: true, waitedMs: this.#now() - w.since });
+      w.settle(this.#admit(this.#now() - w.since));
+    }
+    if (roomIn !== undefined && this.#seatFree()) {
+      this.#timer = setTimeout(() => {
+        this.#timer = undefined;
+        this.#pump();
+      }, Math.ceil(roomIn));
     }
   }
 }

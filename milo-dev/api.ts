@@ -9,7 +9,8 @@ import {
   type IPClaimObject,
   type ObjectMeta,
 } from "./objects.ts";
-import { parseDeleteOptions, parseJsonBody } from "./request.ts";
+import { bucketName, QUOTA_RESOURCE_TYPE, type Usage } from "./quota.ts";
+import { parseClaimRequest, parseDeleteOptions, parseJsonBody } from "./request.ts";
 import {
   matchFields,
   matchLabels,
@@ -53,6 +54,9 @@ export interface Meter {
 }
 
 const GROUP_PREFIX = "/apis/ipam.miloapis.com/v1alpha1";
+/** Milo's quota API: the project's AllowanceBuckets live in its `milo-system` namespace. */
+const BUCKETS =
+  /^\/apis\/quota\.miloapis\.com\/v1alpha1\/namespaces\/([^/]+)\/allowancebuckets\/([^/]+)$/;
 const PROJECT_PATH =
   /^\/apis\/resourcemanager\.miloapis\.com\/v1alpha1\/projects\/([^/]+)\/control-plane(\/.*)$/;
 const RESOURCES = ["ipclasses", "ippools", "ipclaims", "ipallocations"];
@@ -93,6 +97,11 @@ export function parseRoute(pathname: string): Route | undefined {
   if (m) {
     project = decodeURIComponent(m[1]);
     path = m[2];
+  }
+  const bucket = path.match(BUCKETS);
+  if (bucket) {
+    const [namespace, name] = bucket.slice(1).map(decodeURIComponent);
+    return { project, resource: "allowancebuckets", namespace, name };
   }
   if (path !== GROUP_PREFIX && !path.startsWith(GROUP_PREFIX + "/")) return undefined;
   const parts = path.slice(GROUP_PREFIX.length).split("/").filter((x) => x !== "").map(
@@ -210,10 +219,24 @@ export interface ApiRequest {
   /** The limits and switches in force (default: Milo's). */
   limits?: Limits;
   /**
-   * When a claim create started (`performance.now()`, after APF admitted it):
-   * a create of the same name committed since then overlapped it.
+   * When a claim create started (`performance.now()`, after APF and quota
+   * admitted it): a create of the same name committed since then overlapped it.
    */
   startedAt?: number;
+  /** A project's quota bucket now (quota.ts); none: no AllowanceBucket is served. */
+  usage?: (project: string) => Usage;
+}
+
+/**
+ * The name a claim create's body gives, when the body is one Milo validates
+ * (its quota admission runs after validation); undefined otherwise.
+ */
+export function claimCreateName(ns: string, body: string): string | undefined {
+  try {
+    return parseClaimRequest(ns, parseJsonBody(body)).name;
+  } catch {
+    return undefined;
+  }
 }
 
 /** True for a claim create (`POST namespaces/{ns}/ipclaims`): what APF queues. */
@@ -261,6 +284,7 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
   const dryRun = q.getAll("dryRun");
   if (dryRun.some((d) => d !== "All")) throw badRequest(`dryRun must be "All"`);
   const isDry = dryRun.length > 0;
+  if (resource === "allowancebuckets") return bucket(project, req);
   if (resource === "discovery") {
     if (m !== "GET") throw methodNotAllowed();
     return { status: 200, body: DISCOVERY };
@@ -335,6 +359,37 @@ function route(ipam: Ipam, req: ApiRequest): Reply {
     };
   }
   return { status: 200, body: ipam.getAllocation(project, ns!, name) };
+}
+
+/**
+ * GET of the project's AllowanceBucket of IPClaims (`milo-system`, named by
+ * `generateAllowanceBucketName`): its limit and what is allocated.
+ */
+function bucket(project: string, req: ApiRequest): Reply {
+  if (req.method !== "GET") throw methodNotAllowed();
+  const name = bucketName(project);
+  const { namespace, name: asked } = req.route;
+  if (namespace !== "milo-system" || asked !== name || !req.usage) {
+    throw new ApiError(
+      404,
+      "NotFound",
+      `allowancebuckets.quota.miloapis.com "${asked}" not found`,
+      { name: asked, group: "quota.miloapis.com", kind: "allowancebuckets" },
+    );
+  }
+  return {
+    status: 200,
+    body: {
+      apiVersion: "quota.miloapis.com/v1alpha1",
+      kind: "AllowanceBucket",
+      metadata: { name, namespace: "milo-system" },
+      spec: {
+        consumerRef: { apiGroup: "resourcemanager.miloapis.com", kind: "Project", name: project },
+        resourceType: QUOTA_RESOURCE_TYPE,
+      },
+      status: { ...req.usage(project), grantCount: 1 },
+    },
+  };
 }
 
 /** Any path that is not an API route: a 404 Status. */

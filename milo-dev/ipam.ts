@@ -50,6 +50,8 @@ import type { AllocationRow, ClaimRow, Store } from "./store.ts";
 
 interface Project {
   name: string;
+  /** `ipclaims-per-project`. */
+  quota: number;
   classes: Map<string, ClassSpec>;
   pools: PoolPlan[];
   /** Namespace name to whether it is being deleted. */
@@ -106,7 +108,7 @@ export class Ipam {
         const classes = new Map(p.ipClasses.map((c) => [c.metadata.name, c.spec]));
         const pools = p.ipPools.map((o) => planPool(o.metadata.name, o.spec, classes));
         const namespaces = new Map(p.namespaces.map((n) => [n.name, n.terminating]));
-        this.#projects.set(p.name, { name: p.name, classes, pools, namespaces });
+        this.#projects.set(p.name, { name: p.name, quota: p.quota, classes, pools, namespaces });
         for (const t of p.tokens) this.#tokens.set(t, p.name);
         for (const [table, objects] of [["classes", p.ipClasses], ["pools", p.ipPools]] as const) {
           objects.forEach((o, ord) => {
@@ -187,6 +189,21 @@ export class Ipam {
     return claimObject(r);
   }
 
+  /** How many claims a project holds (its IPClaims, as Milo's quota counts them). */
+  countClaims(project: string): number {
+    return this.#store.countClaims(project);
+  }
+
+  /** Whether claim `name` exists in `ns` of `project`. */
+  hasClaim(project: string, ns: string, name: string): boolean {
+    return this.#store.getClaim(project, ns, name) !== undefined;
+  }
+
+  /** Each project's `ipclaims-per-project` quota from the seed. */
+  quotas(): Map<string, number> {
+    return new Map([...this.#projects.values()].map((p) => [p.name, p.quota]));
+  }
+
   /** Claims of a project (one namespace, or all when `ns` is undefined). */
   listClaims(project: string, ns?: string): IPClaimObject[] {
     this.#project(project);
@@ -217,8 +234,6 @@ export class Ipam {
     const terminating = p.namespaces.get(ns);
     if (terminating !== false) throw namespaceRefused(ns, terminating === true);
     checkAgainstClass(className, cls, req.spec);
-    const plans = p.pools.filter((x) => x.spec.classNames.includes(className));
-    if (plans.length === 0) throw badRequest(`IPClass "${className}" is not served by any IPPool`);
     const allocName = allocationNameFor(ns, req.name);
     const space = scopeKey(project, cls, req.spec.scope);
     const dryRun = opts.dryRun ?? false;
@@ -227,7 +242,9 @@ export class Ipam {
     const row = this.#store.tx(() => {
       const b: BindRequest = { project, ns, req, className, cls, allocName, rv: 0 };
       const held = this.#store.getAllocation(project, ns, allocName);
-      const taken = () => allocationExists(project, ns, allocName, plans[0].name);
+      // Milo probes for a retained allocation before it resolves a pool (storage.go, phase 1a).
+      const plan = () => this.#discoverPool(p, className, cls);
+      const taken = () => allocationExists(project, ns, allocName, plan().name);
       if (dryRun && held) throw taken();
       const live = dryRun ? undefined : this.#store.getClaim(project, ns, req.name);
       if (live && this.#commits.lost(key, opts)) throw taken();
@@ -242,7 +259,7 @@ export class Ipam {
         refuseReclaim(mode, held, c);
         return this.#rebind({ ...b, rv: this.#store.nextRV() }, held);
       }
-      picked = this.#pick(project, plans, className, cls, req, space);
+      picked = this.#pick(project, plan(), className, cls, req, space);
       const at = { pool: picked.plan.name, start: picked.start };
       return this.#bind({ ...b, rv: this.#store.nextRV() }, at, space);
     }, dryRun);
@@ -254,12 +271,30 @@ export class Ipam {
   }
 
   /**
-   * A pinned address, or the first unit free in the address space `space`
-   * over the class's pools in seed order; 507 when none.
+   * The one pool that serves a claim of class `className`, as Milo's
+   * `DiscoverPool` (`internal/allocator/cascade.go`) picks it among the pools
+   * offering the class: the first by key (`offeringPools` orders by
+   * `pool_key`; within one project, by name), or under `LeastUtilized` the
+   * least utilised (`preferPool`: a later pool only when strictly less). No
+   * fallback: the claim draws from that pool or fails (507 when it is full,
+   * however much room the others have). None offers the class: 400
+   * (`ErrNoOfferingPool`, `mapResolveError`).
    */
+  #discoverPool(p: Project, className: string, cls: ClassSpec): PoolPlan {
+    const offered = p.pools.filter((x) => x.spec.classNames.includes(className))
+      .sort((a, b) => a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+    if (offered.length === 0) {
+      throw badRequest(`ipam: no pool offers this class: class "${className}"`);
+    }
+    if (cls.allocationStrategy !== "LeastUtilized") return offered[0];
+    const used = (x: PoolPlan) => this.capacity(p.name, x).utilizationPercent;
+    return offered.reduce((best, x) => used(x) < used(best) ? x : best);
+  }
+
+  /** A pinned address in `plan`, or its first unit free in the address space `space`; 507 when none. */
   #pick(
     project: string,
-    plans: PoolPlan[],
+    plan: PoolPlan,
     className: string,
     cls: ClassSpec,
     req: ClaimRequest,
@@ -267,15 +302,12 @@ export class Ipam {
   ): Pick {
     const address = req.spec.address;
     if (address) {
-      return this.#allocator.pinned(project, plans, space, { className, cls, address });
+      return this.#allocator.pinned(project, plan, space, { className, cls, address });
     }
-    for (const plan of plans) {
-      const start = this.#allocator.firstFree(project, plan, space);
-      if (start !== undefined) return { plan, start };
-    }
-    const last = plans[plans.length - 1];
-    const used = this.capacity(project, last).utilizationPercent;
-    throw exhausted(last.name, className, cls.prefixLength, used);
+    const start = this.#allocator.firstFree(project, plan, space);
+    if (start !== undefined) return { plan, start };
+    const used = this.capacity(project, plan).utilizationPercent;
+    throw exhausted(plan.name, className, cls.prefixLength, used);
   }
 
   /** Writes the claim and its new allocation at `at` (inside the create's tx). */

@@ -18,7 +18,7 @@ export const DEFAULT_ALLOCATIONS_PER_SECOND = 370;
 export const MAX_ALLOCATIONS_PER_SECOND = 1_000_000;
 
 /**
- * Most creates of one flow (one token) APF queues: Kubernetes' default
+ * Most requests of one flow (one token) APF queues: Kubernetes' default
  * priority levels queue by shuffle sharding, a hand of 6 queues of at most 50
  * requests each (`handSize: 6`, `queueLengthLimit: 50` of `global-default` and
  * `workload-low`).
@@ -26,7 +26,19 @@ export const MAX_ALLOCATIONS_PER_SECOND = 1_000_000;
 export const DEFAULT_QUEUE_LENGTH = 300;
 
 /**
- * How long a create may wait in APF's queue: a quarter of the apiserver's
+ * Seats of the priority level a tenant's token lands in: requests running at
+ * once. Kubernetes' apiserver shares its concurrency limit (600:
+ * `--max-requests-inflight` 400 + `--max-mutating-requests-inflight` 200)
+ * among the suggested priority levels by their shares (system 30, node-high
+ * 40, leader-election 10, workload-high 40, workload-low 100, global-default
+ * 20, catch-all 5: `pkg/apis/flowcontrol/bootstrap/default.go`); a token that
+ * is no Kubernetes service account falls to `global-default`:
+ * ceil(600 × 20 / 245) = 49.
+ */
+export const DEFAULT_CONCURRENCY = 49;
+
+/**
+ * How long a request may wait in APF's queue: a quarter of the apiserver's
  * 60 s `--request-timeout` (the `requestWaitLimit` k8s.io/apiserver gives APF).
  */
 export const DEFAULT_QUEUE_WAIT_MS = 15_000;
@@ -41,9 +53,11 @@ const WINDOW_MS = 1_000;
 export interface Limits {
   /** Claim creates (POST `namespaces/{ns}/ipclaims`) admitted per sliding second; 0: unlimited. */
   allocationsPerSecond: number;
-  /** Creates APF holds while the ceiling has no room; 0: every create past it is refused. */
+  /** Requests running at once (APF's seats, every verb); 0: no limit. */
+  concurrency: number;
+  /** Requests of one flow APF holds while it has no seat or room; 0: every one past them is refused. */
   queueLength: number;
-  /** How long a queued create waits before it is refused (ms). */
+  /** How long a queued request waits before it is refused (ms). */
   queueWaitMs: number;
   /**
    * LISTs honour `limit` and `continue` (Kubernetes' paging). Off, as Milo:
@@ -86,6 +100,7 @@ const SWITCHES = [
 export function defaultLimits(): Limits {
   return {
     allocationsPerSecond: DEFAULT_ALLOCATIONS_PER_SECOND,
+    concurrency: DEFAULT_CONCURRENCY,
     queueLength: DEFAULT_QUEUE_LENGTH,
     queueWaitMs: DEFAULT_QUEUE_WAIT_MS,
     pagedLists: false,
@@ -118,6 +133,7 @@ export function mergeLimits(base: Limits, patch: unknown): Limits {
   const out: Limits = { ...base };
   for (const [k, v] of Object.entries(patch)) {
     if (k === "allocationsPerSecond") out.allocationsPerSecond = checkAllocationsPerSecond(v);
+    else if (k === "concurrency") out.concurrency = integer(v, k, 100_000, " (0: no limit)");
     else if (k === "queueLength") out.queueLength = integer(v, k, 100_000);
     else if (k === "queueWaitMs") out.queueWaitMs = integer(v, k, 600_000, " (ms)");
     else if ((SWITCHES as readonly string[]).includes(k)) {

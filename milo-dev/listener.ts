@@ -9,6 +9,7 @@ import https from "node:https";
 import type { Socket } from "node:net";
 import {
   authenticate,
+  claimCreateName,
   handleApi,
   isClaimCreate,
   type Meter,
@@ -21,6 +22,7 @@ import type { ApfQueue } from "./apf.ts";
 import type { Decision, Faults, FaultState } from "./faults.ts";
 import type { Ipam } from "./ipam.ts";
 import type { AllocationCeiling } from "./limits.ts";
+import { type Admitted, type Quota, type QuotaRefusal, quotaRefused } from "./quota.ts";
 import { renderPage, utilization } from "./page.ts";
 import { bump, type Stats } from "./stats.ts";
 import { ApiError, injected } from "./status.ts";
@@ -38,8 +40,10 @@ export interface ListenerOptions {
   faults: FaultState;
   /** The allocation ceiling: its limits and switches. */
   ceiling: AllocationCeiling;
-  /** API Priority and Fairness in front of the ceiling: claim creates wait or are refused here. */
+  /** API Priority and Fairness: every request waits for a seat (a create for the ceiling too) or is refused here. */
   queue: ApfQueue;
+  /** Milo's quota admission of claim creates. */
+  quota: Quota;
   /** The counters in force (a reset replaces them). */
   stats: () => Stats;
   log: (line: string) => void;
@@ -146,7 +150,11 @@ export class ApiListener {
     }
   }
 
-  /** One `/apis/...` request (or an unknown path) with the faults drawn for it. */
+  /**
+   * One `/apis/...` request (or an unknown path) with the faults drawn for
+   * it: through APF (a seat held until it is answered), a claim create
+   * through Milo's quota admission too.
+   */
   async #onApi(
     req: http.IncomingMessage,
     res: http.ServerResponse,
@@ -164,18 +172,53 @@ export class ApiListener {
     bump(stats.byKind, kind);
     const authorization = req.headers.authorization ?? null;
     let startedAt = t0;
-    if (route && isClaimCreate(method, route)) {
-      const entered = await this.#enter(route, method, url, authorization, body, gone);
-      if (entered === "gone") return;
-      if (typeof entered === "number") {
-        bump(stats.byStatus, "429");
-        sendText(res, 429, "Too many requests, please try again later.\n", {
-          "retry-after": String(entered),
-        });
-        return;
+    let seat: (() => void) | undefined;
+    try {
+      if (route) {
+        const entered = await this.#enter(route, method, url, authorization, body, gone);
+        if (entered === "gone") return;
+        if (typeof entered === "number") {
+          bump(stats.byStatus, "429");
+          sendText(res, 429, "Too many requests, please try again later.\n", {
+            "retry-after": String(entered),
+          });
+          return;
+        }
+        seat = entered.done;
+        startedAt = Math.max(t0, entered.at);
       }
-      startedAt = Math.max(t0, entered.at);
+      const admitted = route
+        ? await this.#admitQuota(route, method, url, body, gone, authorization)
+        : undefined;
+      if (admitted === "gone") return;
+      if (admitted) startedAt = performance.now();
+      await this.#answer(
+        res,
+        { method, url, route, kind, authorization, body, startedAt, t0 },
+        admitted,
+      );
+    } finally {
+      seat?.();
     }
+  }
+
+  /** The answer of an API request past APF and quota (faults drawn for it). */
+  async #answer(
+    res: http.ServerResponse,
+    r: {
+      method: string;
+      url: URL;
+      route: Route | undefined;
+      kind: string;
+      authorization: string | null;
+      body: string;
+      startedAt: number;
+      t0: number;
+    },
+    admitted: Admitted | QuotaRefusal | undefined,
+  ): Promise<void> {
+    const { method, url, route, kind, authorization, body, t0 } = r;
+    const stats = this.#o.stats();
     const d = this.#o.faults.decide(method, kind);
     const f = this.#o.faults.get();
     let delayed = 0;
@@ -193,6 +236,10 @@ export class ApiListener {
     if (f.faultPoint === "before" && this.#fault(res, d, f, timing)) return;
     let reply: Reply;
     try {
+      if (typeof admitted === "string") {
+        bump(stats.quotaRefused, admitted);
+        throw quotaRefused(claimCreateName(route!.namespace!, body) ?? "", admitted);
+      }
       if (route) {
         reply = handleApi(this.#o.ipam, {
           method,
@@ -202,7 +249,8 @@ export class ApiListener {
           body,
           failRelease: d.failRelease,
           limits: this.#o.ceiling.get(),
-          startedAt,
+          startedAt: r.startedAt,
+          usage: (p) => this.#o.quota.usage(p),
         });
         if (d.failRelease) stats.faults.releaseFail++;
         if (reply.meter) count(stats, reply.meter);
@@ -214,15 +262,42 @@ export class ApiListener {
     } catch (err) {
       reply = this.#internalError(err, method, url);
     }
+    if (typeof admitted === "object") admitted.settle(reply.status === 201);
     if (f.faultPoint === "after" && this.#fault(res, d, f, timing)) return;
     bump(stats.byStatus, String(reply.status));
     send(res, reply, timing());
   }
 
   /**
-   * A claim create through APF: its queue's answer once authentication passed
-   * (401 and 403 come first, from the handler): when it may start (`at`), the
-   * `Retry-After` of a rejection, or `gone`.
+   * Milo's quota admission of a claim create that is not a dry run and whose
+   * body validates (Milo validates it first; an invalid one is answered as
+   * such): the grant, Milo's 403, `gone`, or undefined when none applies.
+   */
+  async #admitQuota(
+    route: Route,
+    method: string,
+    url: URL,
+    body: string,
+    gone: AbortSignal,
+    authorization: string | null,
+  ): Promise<Admitted | QuotaRefusal | "gone" | undefined> {
+    if (!isClaimCreate(method, route) || url.searchParams.has("dryRun")) return undefined;
+    const ns = route.namespace!;
+    const name = claimCreateName(ns, body);
+    if (name === undefined) return undefined;
+    let project: string;
+    try {
+      project = authenticate(this.#o.ipam, { method, url, route, authorization, body });
+    } catch {
+      return undefined;
+    }
+    return await this.#o.quota.admit(project, ns, name, gone);
+  }
+
+  /**
+   * A request through APF: its queue's answer once authentication passed
+   * (401 and 403 come first, from the handler): when it may start (`at`) and
+   * how it gives its seat back, the `Retry-After` of a rejection, or `gone`.
    */
   async #enter(
     route: Route,
@@ -231,13 +306,14 @@ export class ApiListener {
     authorization: string | null,
     body: string,
     gone: AbortSignal,
-  ): Promise<{ at: number } | number | "gone"> {
+  ): Promise<{ at: number; done: () => void } | number | "gone"> {
     try {
       authenticate(this.#o.ipam, { method, url, route, authorization, body });
     } catch {
-      return { at: performance.now() };
+      return { at: performance.now(), done: () => {} };
     }
-    const e = await this.#o.queue.enter(authorization ?? "", gone);
+    const create = isClaimCreate(method, route);
+    const e = await this.#o.queue.enter(authorization ?? "", gone, create);
     if (e === "gone") return "gone";
     const stats = this.#o.stats();
     if (!e.admitted) {
@@ -245,7 +321,7 @@ export class ApiListener {
       return e.retryAfterSeconds;
     }
     if (e.waitedMs > 0) stats.queued++;
-    return { at: performance.now() };
+    return { at: performance.now(), done: e.done };
   }
 
   /** Applies a drawn fault to the answer; false when there is none. */

@@ -60,8 +60,11 @@ export interface IPClassObject {
     uniqueWithin?: string[];
     allowedPrefixLengths: { min: number; max: number };
     defaultPrefixLength: number;
+    poolPer?: string[];
+    strategy?: string;
     reclaimPolicy?: string;
     retentionLease?: string;
+    visibility?: string;
   };
   status: { phase: "Ready"; offeringPools: number; requiredScopeRoles?: string[] };
 }
@@ -173,8 +176,11 @@ export function classObject(r: ObjectRow, poolNames: string[]): IPClassObject {
       ...(roles.length ? { uniqueWithin: roles } : {}),
       allowedPrefixLengths: { min: c.prefixLength, max: c.prefixLength },
       defaultPrefixLength: c.prefixLength,
+      ...(c.poolPer?.length ? { poolPer: c.poolPer } : {}),
+      ...(c.allocationStrategy ? { strategy: c.allocationStrategy } : {}),
       ...(c.reclaimPolicy ? { reclaimPolicy: c.reclaimPolicy } : {}),
       ...(c.retentionLease ? { retentionLease: c.retentionLease } : {}),
+      ...(c.visibility ? { visibility: c.visibility } : {}),
     },
     status: {
       phase: "Ready",

@@ -15,7 +15,7 @@ import {
   type SweepResult,
 } from "./retention.ts";
 import type { ClassSpec } from "./seed.ts";
-import { conflict, invalid, notFound } from "./status.ts";
+import { conflict, notFound } from "./status.ts";
 import type { AllocationRow, Store } from "./store.ts";
 
 /**
@@ -103,13 +103,21 @@ export function refuseReclaim(mode: Recreate, r: AllocationRow, c: ReclaimReques
   }
 }
 
+/** Retained allocations one pool's transaction handles (`defaultSweepBatch`, sweep.go). */
+export const SWEEP_BATCH = 50;
+/** Pools one pass visits (`defaultSweepPools`, sweep.go). */
+export const SWEEP_POOLS = 100;
+
 /**
- * One pass of the lease sweeper over every retained allocation
- * (`SweepExpiredLeases` in `internal/allocator/sweep.go`): past
- * `retainedAt + lease` it is marked Expiring, past that plus the grace
- * (clamped to the lease) it is released. No lease: held, counted as
- * `noLease`. Runs inside the caller's transaction; the released rows are
- * pushed to `freed`.
+ * One pass of the lease sweeper (`SweepExpiredLeases` in
+ * `internal/allocator/sweep.go`): at most {@link SWEEP_POOLS} pools holding
+ * retained allocations, and in each (`sweepPool`, one transaction under the
+ * pool's lock) its {@link SWEEP_BATCH} longest retained
+ * (`loadRetainedAllocations`, oldest first); a backlog is worked off over
+ * several passes. Past `retainedAt + lease` an allocation is marked Expiring,
+ * past that plus the grace (clamped to the lease, `graceFor`) it is released.
+ * No lease: held, counted as `noLease`. Runs inside the caller's
+ * transaction; the released rows are pushed to `freed`.
  */
 export function sweepPass(
   store: Store,
@@ -119,7 +127,15 @@ export function sweepPass(
   freed: AllocationRow[],
 ): SweepResult {
   const res: SweepResult = { candidates: 0, marked: 0, released: 0, noLease: 0 };
+  const byPool = new Map<string, AllocationRow[]>();
   for (const r of store.listRetained()) {
+    const key = `${r.project}\0${r.pool}`;
+    const rows = byPool.get(key) ?? (byPool.size < SWEEP_POOLS ? [] : undefined);
+    if (!rows || rows.length >= SWEEP_BATCH) continue;
+    rows.push(r);
+    byPool.set(key, rows);
+  }
+  for (const r of [...byPool.values()].flat()) {
     res.candidates++;
     const lease = leaseOf(r);
     if (lease === undefined || r.retained_at === null) {
@@ -189,19 +205,21 @@ export class Retained {
 
   /**
    * Deletes a retained allocation and frees its address at once; 404 when
-   * missing, 422 when bound (`ReleasingREST.Delete` and `ValidateDelete` in
-   * `internal/registry/ipam/ipallocation/`). Answers the allocation.
+   * missing, 409 Conflict when a claim still holds it
+   * (`IPAllocationStorage.Delete` and `refuseIfBound`,
+   * `internal/registry/ipam/ipallocation/storage.go`). Answers the allocation.
    */
   release(project: string, ns: string, name: string, dryRun = false): IPAllocationObject {
     const r = this.#store.tx(() => {
       const r = this.#store.getAllocation(project, ns, name);
       if (!r) throw notFound("ipallocations", name);
       if (r.phase === "Allocated") {
-        throw invalid("IPAllocation", name, [{
-          field: "spec.claimRef",
-          type: "Forbidden",
-          detail: `IPAllocation is bound to IPClaim "${r.claim_name}"; delete the claim instead`,
-        }]);
+        throw conflict(
+          "ipallocations",
+          name,
+          `this allocation is bound to IPClaim "${r.claim_name}"; delete the claim to release ` +
+            "the address, and its reclaimPolicy decides whether the address is freed or retained",
+        );
       }
       this.#store.deleteAllocation(project, ns, name);
       this.#store.touchPool(project, r.pool, this.#store.nextRV());

@@ -197,8 +197,11 @@ function scopeError(scope: Json): string | undefined {
 /**
  * The class a create asks for (its family's default when `className` is
  * empty): 400 when there is none, 403 when the project may not use it
- * (`ResolveClass` and `AuthorizeClassConsumption`, the first steps of
- * `AllocatingREST.Create`).
+ * (`ResolveClass` and `AuthorizeClassConsumption`, `internal/access/class.go`,
+ * the first steps of `AllocatingREST.Create`): a container class (`poolPer`)
+ * is nobody's, a class whose `visibility` is neither `consumer` nor `shared`
+ * (unset included: fail closed) is no tenant's, and the token needs `use` on
+ * the class (`consumers` stands for Milo's SAR). Each is the same 403.
  */
 export function resolveClass(
   project: string,
@@ -221,7 +224,8 @@ export function resolveClass(
   }
   const cls = classes.get(className);
   if (!cls) throw badRequest(`IPClass "${className}" not found`);
-  if (cls.consumers && !cls.consumers.includes(project)) {
+  const visible = cls.visibility === "consumer" || cls.visibility === "shared";
+  if (cls.poolPer?.length || !visible || !cls.consumers?.includes(project)) {
     throw forbidden("ipclasses", className, "caller may not claim addresses of this class");
   }
   return [className, cls];

@@ -16,7 +16,10 @@ export interface RetentionSettings {
    * (`internal/registry/ipam/ipclaim/retain_postgres_test.go`).
    */
   recreate: Recreate;
-  /** How often the lease sweeper runs (Go duration); `0s` turns the timer off. */
+  /**
+   * How often the lease sweeper runs (Go duration); `0s` turns the timer off
+   * (`cmd/ipam/serve.go` `defaultLeaseSweepInterval`: 5m).
+   */
   sweepInterval: string;
   /**
    * How long an allocation stays marked Expiring before it is released, clamped
@@ -30,7 +33,7 @@ export class RetentionError extends Error {}
 
 /** The settings when the seed names none. */
 export function defaultRetention(): RetentionSettings {
-  return { recreate: "Rebind", sweepInterval: "60s", leaseGrace: "24h" };
+  return { recreate: "Rebind", sweepInterval: "5m", leaseGrace: "24h" };
 }
 
 const UNIT_MS: Record<string, number> = {

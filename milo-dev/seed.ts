@@ -15,9 +15,18 @@ export interface ClassSpec {
   ipFamily: IPFamily;
   prefixLength: number;
   requiredScopeRoles?: string[];
+  /**
+   * Milo's `spec.visibility`: `consumer` or `shared` a tenant may name;
+   * `platform`, or unset, no tenant may (`AuthorizeClassConsumption`, gate 2).
+   */
+  visibility?: "platform" | "consumer" | "shared";
+  /** The projects whose tokens hold `use` on the class (gate 3, Milo's SAR); unset: none. */
   consumers?: string[];
+  /** Milo's `spec.poolPer`: a container class, which no claim may name (gate 1). */
+  poolPer?: string[];
   default?: boolean;
-  allocationStrategy?: "FirstFit";
+  /** Milo's `spec.strategy`: which pool serves a claim (`preferPool`, `internal/allocator/cascade.go`). */
+  allocationStrategy?: "FirstFit" | "LeastUtilized";
   /** The policy of claims that name none (Milo's class default); `Delete` when unset. */
   reclaimPolicy?: "Delete" | "Retain";
   /** How long a retained allocation of this class waits (Go duration, e.g. `720h`); unset: forever. */
@@ -48,10 +57,15 @@ export interface SeedNamespace {
   terminating: boolean;
 }
 
+/** Milo's default `ipclaims-per-project` (`serviceconfiguration.yaml` of milo-os/ipam). */
+export const DEFAULT_IPCLAIMS_QUOTA = 100;
+
 /** One tenant project. */
 export interface SeedProject {
   name: string;
   tokens: string[];
+  /** The project's `ipclaims-per-project` quota: IPClaims it may hold (default 100). */
+  quota: number;
   /** The namespaces claims may be made in (Milo refuses others, 403); default `default`. */
   namespaces: SeedNamespace[];
   ipClasses: Seeded<ClassSpec>[];
@@ -135,8 +149,14 @@ export function validateSeed(doc: unknown): Seed {
       }
       strings(spec.requiredScopeRoles, `${w}.requiredScopeRoles`);
       if (spec.consumers !== undefined) strings(spec.consumers, `${w}.consumers`);
-      if (spec.allocationStrategy !== undefined && spec.allocationStrategy !== "FirstFit") {
-        fail(w, "allocationStrategy supports FirstFit only");
+      if (spec.poolPer !== undefined) strings(spec.poolPer, `${w}.poolPer`);
+      const vis = spec.visibility;
+      if (vis !== undefined && vis !== "platform" && vis !== "consumer" && vis !== "shared") {
+        fail(w, "visibility must be platform, consumer or shared");
+      }
+      const st = spec.allocationStrategy;
+      if (st !== undefined && st !== "FirstFit" && st !== "LeastUtilized") {
+        fail(w, "allocationStrategy must be FirstFit or LeastUtilized");
       }
       const rp = spec.reclaimPolicy;
       if (rp !== undefined && rp !== "Delete" && rp !== "Retain") {
@@ -169,7 +189,14 @@ export function validateSeed(doc: unknown): Seed {
       }
     }
     const namespaces = namespacesOf(p.namespaces, `project ${name}.namespaces`);
-    return { name, tokens: toks, namespaces, ipClasses: classes, ipPools: pools };
+    const quota = p.quota ?? DEFAULT_IPCLAIMS_QUOTA;
+    if (!Number.isSafeInteger(quota) || quota < 0) {
+      fail(
+        `project ${name}.quota`,
+        "must be a non-negative integer (IPClaims the project may hold)",
+      );
+    }
+    return { name, tokens: toks, quota, namespaces, ipClasses: classes, ipPools: pools };
   });
   let retention: RetentionSettings;
   try {

@@ -14,6 +14,7 @@ import {
   type Limits,
 } from "./limits.ts";
 import { ApiListener } from "./listener.ts";
+import { Quota } from "./quota.ts";
 import { SweepTimer } from "./retention.ts";
 import { loadSeedFile, type Seed, validateSeed } from "./seed.ts";
 import { newStats } from "./stats.ts";
@@ -105,6 +106,11 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
   const faults = new FaultState();
   const ceiling = new AllocationCeiling(startLimits);
   const queue = new ApfQueue(ceiling);
+  const quota = new Quota(
+    ipam.quotas(),
+    (p) => ipam.countClaims(p),
+    (p, ns, name) => ipam.hasClaim(p, ns, name),
+  );
   let stats = newStats(tls !== undefined);
   const api = new ApiListener({
     host,
@@ -114,6 +120,7 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
     faults,
     ceiling,
     queue,
+    quota,
     stats: () => stats,
     log,
   });
@@ -152,6 +159,8 @@ export async function startServer(opts: ServerOptions): Promise<MiloDevServer> {
       sweeper.start(next);
     },
     sweep: (advanceMs) => ipam.retained.sweep(Date.now() + advanceMs),
+    quota: () => quota.settings(),
+    setQuota: (next) => quota.set(next),
   });
   let closed: Promise<void> | undefined;
   return {

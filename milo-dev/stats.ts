@@ -24,12 +24,14 @@ export interface Stats {
   /** `lists` and `listRowsScanned` per resource (`ipclaims`, `ipallocations`, `ippools`, `ipclasses`). */
   listsByKind: Record<string, { lists: number; rowsScanned: number }>;
   /**
-   * Claim creates APF rejected, 429 (their flow's queue full, or their wait
-   * past the limit); injected 429s count in `faults.error`.
+   * Requests APF rejected, 429 (their flow's queue full, or their wait past
+   * the limit), of every verb; injected 429s count in `faults.error`.
    */
   throttled: number;
-  /** Claim creates that waited in APF's queue before they were served. */
+  /** Requests that waited in APF's queue before they were served. */
   queued: number;
+  /** Claim creates Milo's quota admission refused, 403, by kind (`denied`, `timeout`, ...). */
+  quotaRefused: Record<string, number>;
   /** Claim creates that committed an allocation (201, not a dry run). */
   allocations: number;
   /**
@@ -57,6 +59,7 @@ export function newStats(tls: boolean): Stats {
     listsByKind: {},
     throttled: 0,
     queued: 0,
+    quotaRefused: {},
     allocations: 0,
     since: new Date().toISOString(),
   };

@@ -250,6 +250,12 @@ export class Store {
     return this.#namespaced("claims", project, ns);
   }
 
+  /** How many claims a project holds. */
+  countClaims(project: string): number {
+    return this.#get<{ n: number }>("SELECT count(*) AS n FROM claims WHERE project = ?", project)!
+      .n;
+  }
+
   /** Stores a new claim. */
   insertClaim(r: ClaimRow): void {
     this.#run(insertSql("claims", CLAIM_COLUMNS), ...CLAIM_COLUMNS.map((c) => r[c]));

@@ -49,13 +49,16 @@ export const BULK_CLASSES = { ipv4: "bulk-pods-ipv4", ipv6: "bulk-pods-ipv6" };
 
 /**
  * A seed of one project with room for 500,000 dual-stack pods: an IPv4 /13
- * of /32s and an IPv6 /64 of /96 blocks ({@link BULK_CLASSES}).
+ * of /32s and an IPv6 /64 of /96 blocks ({@link BULK_CLASSES}), and a quota
+ * of a million claims.
  */
 export function bulkSeed(project: string, token: string): object {
   const cls = (name: string, ipFamily: string, prefixLength: number) => ({
     metadata: { name },
     spec: {
       ipFamily,
+      visibility: "consumer",
+      consumers: [project],
       prefixLength,
       requiredScopeRoles: ["network"],
       allocationStrategy: "FirstFit",
@@ -69,6 +72,9 @@ export function bulkSeed(project: string, token: string): object {
     projects: [{
       name: project,
       tokens: [token],
+      // Past Milo's `maxLimit` of 10,000 (`serviceconfiguration.yaml`): a tenant this size needs
+      // Milo's catalogue raised first.
+      quota: 1_000_000,
       ipClasses: [cls(BULK_CLASSES.ipv4, "IPv4", 32), cls(BULK_CLASSES.ipv6, "IPv6", 96)],
       ipPools: [
         pool("bulk-v4", "10.64.0.0/13", "IPv4", BULK_CLASSES.ipv4),

@@ -6,6 +6,7 @@
 
 import { isIP } from "node:net";
 import type { Limits } from "../milo-dev/limits.ts";
+import type { QuotaSettings } from "../milo-dev/quota.ts";
 import type { RetentionSettings, SweepResult } from "../milo-dev/retention.ts";
 import type { Stats } from "../milo-dev/stats.ts";
 import { loadSeedFile } from "../milo-dev/seed.ts";
@@ -71,6 +72,12 @@ export interface MiloDev {
    * Go duration, e.g. `"25h"`) had passed, so a test ages a lease without waiting.
    */
   sweep(advance?: string): Promise<SweepResult>;
+  /**
+   * PUT /quota, e.g. `{ limits: { "tenant-a": 4 } }` or `{ grantDelayMs: 500 }`
+   * (unnamed settings back to Milo's: the seed's limits, decisions at once,
+   * `ClaimWaitTimeout` 30 s); answers the settings in force.
+   */
+  setQuota(q: Partial<QuotaSettings>): Promise<QuotaSettings>;
   /**
    * The counters, with `lists`, `listRowsScanned`, `listsByKind`, `throttled`,
    * `allocations`, and the gauge `retained`.
@@ -234,6 +241,10 @@ class Launched implements MiloDev {
   sweep(advance?: string): Promise<SweepResult> {
     const body = advance === undefined ? {} : { advance };
     return this.#admin("POST", "/retention/sweep", body) as Promise<SweepResult>;
+  }
+
+  setQuota(q: Partial<QuotaSettings>): Promise<QuotaSettings> {
+    return this.#admin("PUT", "/quota", q) as Promise<QuotaSettings>;
   }
 
   stats(): Promise<Stats> {

@@ -5,6 +5,8 @@
  * (testing/stub_milo.ts) and the scriptable one on a port (testing/fake_milo.ts).
  */
 
+import { type QuotaRefusal, quotaRefused } from "../milo-dev/quota.ts";
+
 const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
 
 /** A JSON object. */
@@ -100,6 +102,19 @@ export function namespaceReply(ns: string, terminating = false): Response {
     ` ${FIXTURE_NS.refused} `,
     ` ${ns} `,
   );
+  return reply(403, body);
+}
+
+/**
+ * Milo's 403 to a create of claim `name` its quota admission refuses for
+ * `why`: the words of `status-403-quota-denied.json` for a denial, milo's
+ * `userFacingClaimError` (as milo-dev answers them) for the other kinds.
+ */
+export function quotaReply(name: string, why: QuotaRefusal): Response {
+  if (why !== "denied") return reply(403, quotaRefused(name, why).status);
+  const body = fixture<JsonObject>("status-403-quota-denied.json");
+  body.message = (body.message as string).replace(`"${FIXTURE_CLAIM}"`, `"${name}"`);
+  body.details = { ...(body.details as JsonObject), name };
   return reply(403, body);
 }
 

@@ -12,17 +12,21 @@ function firstToken(seed: { projects: { tokens: string[] }[] }): string {
 }
 
 /**
- * milo-dev's example and default seed: tenant-a (`dev-token-a`: a /24 of
- * IPv4 /32s, a /64 of IPv6 /96s) and tenant-b (`dev-token-b`: a /26).
+ * milo-dev's example and default seed: tenant-a (`dev-token-a`, a quota of
+ * 300 claims: a /24 of IPv4 /32s, a /64 of IPv6 /96s) and tenant-b
+ * (`dev-token-b`, 100: a /26).
  */
 export const DEV_SEED = example;
 
-/** The process tests' seed: tenant-a with a tiny /127 and a class it may not use; empty tenant-b. */
+/**
+ * The process tests' seed: tenant-a (its quota Milo's `maxLimit`, 10,000 claims: tests make
+ * over 1,000) with a tiny /127 and a class it may not use; empty tenant-b.
+ */
 export const PLUGIN_SEED = plugin;
 /** Bearer token of {@link PLUGIN_SEED}'s tenant-a. */
 export const PLUGIN_TOKEN = firstToken(plugin);
 
-/** The demo's seed: one tenant, a /27 of IPv4 and a /64 of IPv6 /96s. */
+/** The demo's seed: one tenant (Milo's default quota, 100 claims), a /27 of IPv4 and a /64 of IPv6 /96s. */
 export const DEMO_SEED = demo;
 /** Bearer token of {@link DEMO_SEED}. */
 export const DEMO_TOKEN = firstToken(demo);
@@ -44,8 +48,9 @@ export const BENCH_CLASSES = {
 
 /**
  * The milo-dev seed of a runtime's e2e (podman, containerd): one tenant
- * `tenant-<id>` with one IPv4 class `<prefix>-pods-ipv4` of /32s from one /24
- * pool (FirstFit, the first and last units reserved), and its token and class.
+ * `tenant-<id>` (a quota of 500 claims) with one IPv4 class `<prefix>-pods-ipv4`
+ * of /32s from one /24 pool (FirstFit, the first and last units reserved), and
+ * its token and class.
  */
 export function runtimeSeed(prefix: string, id: string, cidr: string) {
   const className = `${prefix}-pods-ipv4`;
@@ -53,10 +58,13 @@ export function runtimeSeed(prefix: string, id: string, cidr: string) {
     projects: [{
       name: `tenant-${id}`,
       tokens: [`${prefix}-token-tenant-${id}`],
+      quota: 500,
       ipClasses: [{
         metadata: { name: className },
         spec: {
           ipFamily: "IPv4",
+          visibility: "consumer",
+          consumers: [`tenant-${id}`],
           prefixLength: 32,
           requiredScopeRoles: ["network"],
           allocationStrategy: "FirstFit",

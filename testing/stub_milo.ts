@@ -1,15 +1,24 @@
 /**
  * An in-memory Milo for in-process handler tests: a stubbed `fetch` that
  * answers POST/GET/DELETE/LIST of IPClaims, LIST of IPAllocations (bound and
- * retained) and LIST of IPClasses (none: a tenant cannot read Milo's class
- * catalog) in the wire shapes of Milo's API (bodies built from the shared
+ * retained), LIST of IPClasses (none: a tenant cannot read Milo's class
+ * catalog) and GET of the project's quota bucket in the wire shapes of Milo's API (bodies built from the shared
  * fixtures, testing/milo_fixtures.ts), records every request, and lets a test replace
  * or observe any single request (testing/stub_invocation.ts builds a
  * handler's Invocation over it).
  */
 import { API_PATH, MiloClient } from "../lib/milo.ts";
+import { blockStart, cidrContains, parseCidr, parseIp } from "../lib/ip.ts";
 import { allocationName } from "../lib/milo_objects.ts";
-import { allocationItem, fixture, namespaceReply, reply, statusReply } from "./milo_fixtures.ts";
+import { bucketName, projectOf } from "../lib/milo_quota.ts";
+import {
+  allocationItem,
+  fixture,
+  namespaceReply,
+  reply,
+  statusBody,
+  statusReply,
+} from "./milo_fixtures.ts";
 
 import type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
 export type { Json, StubClass, StubRequest, WireClaim } from "./stub_types.ts";
@@ -55,6 +64,8 @@ export function lost(): never {
 
 const CLAIMS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipclaims(?:/([^/]+))?$`);
 const ALLOCATIONS = new RegExp(`^${API_PATH}/namespaces/([^/]+)/ipallocations$`);
+const BUCKET =
+  /^\/apis\/quota\.miloapis\.com\/v1alpha1\/namespaces\/milo-system\/allowancebuckets\/([^/]+)$/;
 
 /** Matches one label-selector term (`k=v`, `k==v`, `k!=v`, `k`) against labels. */
 function matchesSelector(selector: string, labels: Record<string, string>): boolean {
@@ -110,6 +121,12 @@ export class StubMilo {
    * a test that turns it on models another server and says why.
    */
   checkedPreconditions = false;
+
+  /**
+   * The project's `ipclaims-per-project` limit its AllowanceBucket answers
+   * (what it holds: the claims stored); undefined: Milo holds no bucket (404).
+   */
+  quotaLimit: number | undefined = undefined;
 
   readonly #claims = new Map<string, WireClaim>();
   /** Claims deleted under reclaimPolicy Retain, whose leases are kept for their names, and when. */
@@ -273,6 +290,8 @@ export class StubMilo {
         items: [],
       });
     }
+    const bucket = BUCKET.exec(req.path);
+    if (bucket && req.method === "GET") return this.#bucket(bucket[1]);
     const allocations = ALLOCATIONS.exec(req.path);
     if (allocations && req.method === "GET") return this.#allocations(allocations[1]);
     const m = CLAIMS.exec(req.path);
@@ -299,6 +318,34 @@ export class StubMilo {
     return statusReply(405, {
       message: `method ${req.method} not allowed`,
       reason: "MethodNotAllowed",
+    });
+  }
+
+  /** The project's AllowanceBucket of IPClaims (milo's `quota.miloapis.com`), if it has one. */
+  #bucket(name: string): Response {
+    const project = projectOf(STUB_BASE)!;
+    if (this.quotaLimit === undefined || name !== bucketName(project)) {
+      return reply(404, {
+        ...statusBody(404, { name }),
+        message: `allowancebuckets.quota.miloapis.com "${name}" not found`,
+        details: { name, group: "quota.miloapis.com", kind: "allowancebuckets" },
+      });
+    }
+    const allocated = this.all().length, limit = this.quotaLimit;
+    return reply(200, {
+      apiVersion: "quota.miloapis.com/v1alpha1",
+      kind: "AllowanceBucket",
+      metadata: { name, namespace: "milo-system" },
+      spec: {
+        consumerRef: { apiGroup: "resourcemanager.miloapis.com", kind: "Project", name: project },
+        resourceType: "ipam.miloapis.com/ipclaims",
+      },
+      status: {
+        limit,
+        allocated,
+        available: Math.max(0, limit - allocated),
+        claimCount: allocated,
+      },
     });
   }
 
@@ -347,16 +394,22 @@ export class StubMilo {
     const held = [...this.all(), ...[...this.#kept.values()].map((k) => k.claim)].map((c) =>
       c.status
     );
-    if (held.some((st) => st.address === address || st.allocatedCIDR?.split("/")[0] === address)) {
+    const ip = parseIp(address);
+    const within = (cidr?: string) => !!ip && !!cidr && cidrContains(parseCidr(cidr)!, ip);
+    if (held.some((st) => st.address === address || within(st.allocatedCIDR))) {
       return statusReply(409, {
         reason: "Conflict",
         message: 'Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "": ' +
           `ipam: address already allocated: ${address}`,
       });
     }
-    const v6 = address.includes(":");
+    // Milo binds the block the address lies in: `parseRequestedBlock` masks it to the class's
+    // prefix length (the stub's IPv6 classes hand out /96 blocks).
+    const v6 = parseIp(address)?.family === "ipv6";
     return {
-      status: v6 ? { allocatedCIDR: `${address}/96` } : { allocatedCIDR: `${address}/32`, address },
+      status: v6
+        ? { allocatedCIDR: `${blockStart(parseIp(address)!, 96)}/96` }
+        : { allocatedCIDR: `${address}/32`, address },
     };
   }
 

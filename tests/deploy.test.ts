@@ -142,7 +142,9 @@ Deno.test("deploy: every rendered manifest is valid against the Kubernetes schem
   const docs = [...rendered(), ...uninstallRendered()];
   const seen = docs.map((d) => `${d.kind}/${d.metadata.name.replace(/-[a-z0-9]{10}$/, "-HASH")}`);
   assert.deepEqual(seen.sort(), [
+    "ClusterRole/milo-ipam-agent",
     "ClusterRole/milo-ipam-sweep",
+    "ClusterRoleBinding/milo-ipam-agent",
     "ClusterRoleBinding/milo-ipam-sweep",
     "ConfigMap/milo-ipam-node-HASH",
     "CronJob/milo-ipam-sweep",
@@ -229,11 +231,16 @@ Deno.test("deploy: every container drops privileges: no escalation, no capabilit
     assert.ok(!spec.hostPID && !spec.hostIPC, `${where}: no host PID or IPC namespace`);
     assert.equal(!!spec.hostNetwork, where === "DaemonSet/milo-ipam-agent", where);
   }
-  // The node install runs with the image's Deno: no network, no other program than Deno.
+  // The node install runs with the image's Deno: no other program than Deno, and no network but
+  // the agent's install's one GET of the kube-system namespace from the API server.
   for (const { where, c } of containers(docs).filter(({ c }) => c.command[0].endsWith("/deno"))) {
     const flags = c.command.filter((a: string) => a.startsWith("--"));
+    const net = where === "DaemonSet/milo-ipam-agent install"
+      ? ["--allow-net=$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"]
+      : [];
+    assert.deepEqual(flags.filter((f: string) => f.startsWith("--allow-net")), net, where);
     assert.ok(
-      !flags.some((f: string) => /^--allow-(net|all|ffi)|^-A$/.test(f)),
+      !flags.some((f: string) => /^--allow-(all|ffi)|^-A$/.test(f)),
       `${where}: ${flags}`,
     );
     assert.ok(flags.includes("--no-remote") && flags.includes("--no-npm"), where);
@@ -243,11 +250,28 @@ Deno.test("deploy: every container drops privileges: no escalation, no capabilit
   }
 });
 
-Deno.test("deploy: no API token where nothing calls the API; the sweep's role is exactly its calls", () => {
+Deno.test("deploy: no API token where nothing calls the API; each role is exactly its calls", () => {
   const docs = [...rendered(), ...uninstallRendered()];
   assert.equal(find(docs, "ServiceAccount", "milo-ipam-agent").automountServiceAccountToken, false);
   const agent = find(docs, "DaemonSet", "milo-ipam-agent").spec.template.spec;
   assert.equal(agent.automountServiceAccountToken, false, "the agent has no API token");
+  // The install alone reads the kube-system UID (the cluster's identity), with its own token.
+  const sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+  const [install] = agent.initContainers;
+  assert.ok(install.volumeMounts.some((m: Any) => m.mountPath === sa && m.readOnly), "install");
+  assert.ok(!agent.containers[0].volumeMounts.some((m: Any) => m.mountPath === sa), "agent: none");
+  const kubeApi = agent.volumes.find((v: Any) => v.name === "kube-api");
+  assert.equal(kubeApi.projected.sources[0].serviceAccountToken.expirationSeconds, 600);
+  const kubeSystem = {
+    apiGroups: [""],
+    resources: ["namespaces"],
+    resourceNames: ["kube-system"],
+    verbs: ["get"],
+  };
+  assert.deepEqual(find(docs, "ClusterRole", "milo-ipam-agent").rules, [kubeSystem]);
+  assert.deepEqual(find(docs, "ClusterRoleBinding", "milo-ipam-agent").subjects, [
+    { kind: "ServiceAccount", name: "milo-ipam-agent", namespace: "kube-system" },
+  ]);
   const un = find(docs, "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
   assert.equal(un.automountServiceAccountToken, false, "the uninstall has no API token");
   const sweep = find(docs, "CronJob", "milo-ipam-sweep").spec.jobTemplate.spec.template.spec;
@@ -256,11 +280,12 @@ Deno.test("deploy: no API token where nothing calls the API; the sweep's role is
   assert.deepEqual(find(docs, "ClusterRole", "milo-ipam-sweep").rules, [
     { apiGroups: [""], resources: ["pods"], verbs: ["get", "list"] },
     { apiGroups: [""], resources: ["nodes"], verbs: ["list"] },
+    kubeSystem,
   ]);
   const calls = Object.getOwnPropertyNames(KubeClient.prototype).filter((n) => n !== "constructor");
   assert.deepEqual(
     calls.sort(),
-    ["close", "getPod", "listNodes", "listPods", "requests"],
+    ["close", "clusterUid", "getPod", "listNodes", "listPods", "requests"],
     "a new Kubernetes call needs its verb in deploy/base/sweep.yaml's ClusterRole (and this list)",
   );
   assert.deepEqual(find(docs, "ClusterRoleBinding", "milo-ipam-sweep").subjects, [
@@ -295,6 +320,7 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
     "/tmp rw",
     "/var/lib/milo-ipam rw",
     "/var/log/milo-ipam rw",
+    "/var/run/secrets/kubernetes.io/serviceaccount ro",
   ]);
   assert.deepEqual(mounts(main), [
     "/etc/machine-id ro",
@@ -354,7 +380,7 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   const un = find(uninstallRendered(), "DaemonSet", "milo-ipam-uninstall").spec.template.spec;
   assert.deepEqual(
     mounts(un.initContainers[0]).filter((m) => m !== "/tmp rw"),
-    mounts(install).filter((m) => !/^\/(config|secret|tmp) /.test(m)),
+    mounts(install).filter((m) => !/^\/(config|secret|tmp|var\/run\/secrets\/\S+) /.test(m)),
     "the uninstall reaches what the install wrote",
   );
   assert.deepEqual(un.containers[0].volumeMounts ?? [], [], "the pod holder mounts nothing");
@@ -420,6 +446,7 @@ Deno.test("deploy: probes and the scrape port are where the node config puts the
       "MiloIpamReconcileBrake",
       "MiloIpamMiloThrottling",
       "MiloIpamCode11Rate",
+      "MiloIpamPoolOrQuotaExhausted",
       "MiloIpamSweepFailed",
     ]
   ) assert.ok(alerts.includes(a), `alert ${a}`);

@@ -318,6 +318,45 @@ Deno.test("requested addresses: granted per namespace and network as identities 
   });
 });
 
+Deno.test("requested addresses: an IPv6 address inside a /96 binds that block, as Milo binds it; nothing rolled back", async () => {
+  await withVerb("ADD", async (stub, inv) => {
+    const r = await add(inv({
+      ipam: { classes: { ipv6: "vpc-pods-ipv6" } },
+      node: { allowRequestedAddresses: true },
+      args: { IP: "fd20:0:0:1:0:77:0:5" },
+    }));
+    // Milo masks the address to the class's /96 (parseRequestedBlock): the lease is that block.
+    assert.deepEqual((r.output as { ips: { address: string }[] }).ips.map((i) => i.address), [
+      "fd20::1:0:77:0:0/96",
+    ]);
+    assert.equal(stub.seen("DELETE").length, 0, "nothing rolled back");
+    assert.equal(stub.all().length, 1);
+  });
+});
+
+Deno.test("requested addresses: where the network says IPv6 is a /96, an address that is not its block's first is refused before Milo (7, naming it)", async () => {
+  await withVerb("ADD", async (stub, inv) => {
+    await rejectsWith(
+      add(inv({
+        ipam: { classes: { ipv6: "vpc-pods-ipv6" }, prefixLengths: { ipv6: 96 } },
+        node: { allowRequestedAddresses: true },
+        args: { IP: "fd20:0:0:1:0:77:0:5" },
+      })),
+      7,
+      /^CNI_ARGS IP: fd20::1:0:77:0:5 lies inside the \/96 block fd20::1:0:77:0:0\/96, which Milo binds whole.*request fd20::1:0:77:0:0 $/,
+    );
+    assert.equal(stub.requests.length, 0);
+    const r = await add(inv({
+      ipam: { classes: { ipv6: "vpc-pods-ipv6" }, prefixLengths: { ipv6: 96 } },
+      node: { allowRequestedAddresses: true },
+      args: { IP: "fd20:0:0:1:0:77::" },
+    }));
+    assert.deepEqual((r.output as { ips: { address: string }[] }).ips.map((i) => i.address), [
+      "fd20::1:0:77:0:0/96",
+    ]);
+  });
+});
+
 Deno.test("requested addresses: a 201 binding another address is rolled back (105)", async () => {
   await withVerb("ADD", async (stub, inv) => {
     stub.inject({

@@ -53,7 +53,7 @@ Deno.test("milo-dev CLI: one ready line, clean SIGTERM, YAML seed, loopback rule
     tokens: [tok-y]
     ipClasses:
       - metadata: { name: hosts }
-        spec: { ipFamily: IPv6, prefixLength: 128 }
+        spec: { ipFamily: IPv6, prefixLength: 128, visibility: consumer, consumers: [tenant-y] }
     ipPools:
       - metadata: { name: v6-hosts }
         spec:

@@ -217,3 +217,110 @@ Deno.test("milo-dev as Milo: an IPAllocation carries none of its claim's labels"
     await dev.stop();
   }
 });
+
+/** DEV_SEED with tenant-a's IPv4 class offered by two /30 pools, named out of order. */
+function twoPools(strategy?: "LeastUtilized"): Any {
+  const seed: Any = structuredClone(DEV_SEED);
+  const p = seed.projects[0];
+  if (strategy) p.ipClasses[0].spec.allocationStrategy = strategy;
+  p.ipPools = [
+    { metadata: { name: "pool-b" }, spec: { cidr: "10.41.0.0/30", classNames: ["vpc-pods-ipv4"] } },
+    { metadata: { name: "pool-a" }, spec: { cidr: "10.42.0.0/30", classNames: ["vpc-pods-ipv4"] } },
+    p.ipPools[1],
+  ];
+  return seed;
+}
+
+Deno.test("milo-dev as Milo: one pool serves a class (DiscoverPool): 507 when it is full, though another has room", async () => {
+  const dev = await startMiloDev({ seed: twoPools() });
+  try {
+    const post = (name: string, address?: string) =>
+      miloApi<Any>(dev, "POST", `${NS}/ipclaims`, { body: claimBody(name, { address }) });
+    const got: string[] = [];
+    for (let i = 0; i < 4; i++) got.push((await post(`c-${i}`)).body.status.address);
+    assert.deepEqual(got, ["10.42.0.0", "10.42.0.1", "10.42.0.2", "10.42.0.3"], "first by key");
+    const full = await post("c-4");
+    assert.equal(full.status, 507);
+    assert.equal(full.body.details.name, "pool-a", "the pool DiscoverPool picked, no fallback");
+    const pin = await post("pin", "10.41.0.1");
+    assert.deepEqual([pin.status, pin.body.message], [
+      400,
+      'ipam: address outside pool: 10.41.0.1 is outside pool "project/tenant-a/ipam.miloapis.com/ippools/pool-a"',
+    ]);
+  } finally {
+    await dev.stop();
+  }
+  const spread = await startMiloDev({ seed: twoPools("LeastUtilized") });
+  try {
+    const pools: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await miloApi<Any>(spread, "POST", `${NS}/ipclaims`, { body: claimBody(`s-${i}`) });
+      pools.push(r.body.status.poolRef.name);
+    }
+    assert.deepEqual(pools, ["pool-a", "pool-b", "pool-a", "pool-b"], "the least utilised");
+  } finally {
+    await spread.stop();
+  }
+});
+
+Deno.test("milo-dev as Milo: a class is claimable only when visible to tenants, not a container, and granted use (AuthorizeClassConsumption)", async () => {
+  const seed: Any = structuredClone(DEV_SEED);
+  const base = seed.projects[0].ipClasses[0];
+  const cls = (name: string, over: Any) => ({
+    metadata: { name },
+    spec: { ...structuredClone(base.spec), default: false, ...over },
+  });
+  seed.projects[0].ipClasses.push(
+    cls("unset", { visibility: undefined }),
+    cls("platform", { visibility: "platform" }),
+    cls("container", { poolPer: ["network"] }),
+    cls("no-use", { consumers: undefined }),
+    cls("shared", { visibility: "shared" }),
+  );
+  for (const c of seed.projects[0].ipClasses) {
+    if (c.spec.visibility === undefined) delete c.spec.visibility;
+    if (c.spec.consumers === undefined) delete c.spec.consumers;
+  }
+  seed.projects[0].ipPools[0].spec.classNames.push("unset", "platform", "container", "no-use");
+  seed.projects[0].ipPools[0].spec.classNames.push("shared");
+  const dev = await startMiloDev({ seed });
+  try {
+    const forbidden = await fixture("status-403-forbidden.json");
+    for (const name of ["unset", "platform", "container", "no-use"]) {
+      const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+        body: claimBody(`c-${name}`, { className: name }),
+      });
+      const want = structuredClone(forbidden);
+      want.message = want.message.replace('"vpc-pods-ipv4"', `"${name}"`);
+      want.details.name = name;
+      assert.deepEqual([r.status, r.body], [403, want], name);
+    }
+    const ok = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+      body: claimBody("c-shared", { className: "shared" }),
+    });
+    assert.equal(ok.status, 201);
+  } finally {
+    await dev.stop();
+  }
+});
+
+Deno.test("milo-dev as Milo: a requested IPv6 address inside a /96 binds that block (parseRequestedBlock masks it)", async () => {
+  const dev = await startMiloDev();
+  try {
+    const r = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+      body: claimBody("v6-pin", { className: "vpc-pods-ipv6", address: "fd20:0:0:1:0:2:0:7" }),
+    });
+    assert.equal(r.status, 201);
+    assert.equal(r.body.status.allocatedCIDR, "fd20::1:0:2:0:0/96");
+    const again = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
+      body: claimBody("v6-pin-2", { className: "vpc-pods-ipv6", address: "fd20:0:0:1:0:2:0:9" }),
+    });
+    assert.deepEqual([again.status, again.body.message], [
+      409,
+      'Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "": ' +
+      "ipam: address already allocated: fd20:0:0:1:0:2:0:9",
+    ]);
+  } finally {
+    await dev.stop();
+  }
+});

@@ -226,6 +226,8 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
           uniqueWithin: ["network"],
           allowedPrefixLengths: { min: 96, max: 96 },
           defaultPrefixLength: 96,
+          strategy: "FirstFit",
+          visibility: "consumer",
         });
         assert.deepEqual(cls.body.status, {
           phase: "Ready",
@@ -340,7 +342,7 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
     });
 
     await t.step(
-      "other 400s: scope role missing, family mismatch, prefix length; 409 pinned taken",
+      "other 400s: scope role missing, family mismatch, prefix length; 409 pinned taken or reserved",
       async () => {
         const shape = await fixture("status-400-bad-request.json");
         const scope = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
@@ -373,7 +375,12 @@ Deno.test("milo-dev contract: claims, pools, lists, Status bodies", async (t) =>
         const reserved = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("pin3", { address: "10.40.0.255" }),
         });
-        assert.equal(reserved.status, 400);
+        // Milo's reservations are allocation rows every address space excludes (inScope).
+        assert.deepEqual([reserved.status, reserved.body.message], [
+          409,
+          'Operation cannot be fulfilled on ipclaims.ipam.miloapis.com "": ' +
+          "ipam: address already allocated: 10.40.0.255",
+        ]);
         const badLabel = await miloApi<Any>(dev, "POST", `${NS}/ipclaims`, {
           body: claimBody("lbl", { labels: { "milo-ipam.io/node": "x".repeat(64) } }),
         });

@@ -132,7 +132,9 @@ Deno.test("milo-dev retain: retained, re-bound, refused by field, released; pinn
       assert.equal(out.body.reason, "BadRequest");
       assert.equal(
         out.body.message,
-        `ipam: address outside pool: 10.99.0.1 is outside pool "${V4_POOL}"`,
+        // The pool's storage key, as Milo's selectBlock names it (req.PoolKey).
+        `ipam: address outside pool: 10.99.0.1 is outside pool ` +
+          `"project/tenant-a/ipam.miloapis.com/ippools/${V4_POOL}"`,
       );
       const bad = await a.create("pin-w", { address: "10.40.0.x" });
       assert.equal(bad.status, 400);
@@ -192,29 +194,33 @@ Deno.test("milo-dev retain: retained, re-bound, refused by field, released; pinn
       },
     );
 
-    await t.step("Delete frees at once; a live claim's allocation cannot be deleted", async () => {
-      const before = await a.allocated();
-      const c = await bound(a, "tmp-1");
-      const name = c.status.boundAllocationRef.name;
-      const refused = await a.delAlloc(name);
-      assert.equal(refused.status, 422);
-      assert.equal(refused.body.reason, "Invalid");
-      assert.equal(
-        refused.body.message,
-        `IPAllocation.${GROUP} "${name}" is invalid: spec.claimRef: Forbidden: IPAllocation is ` +
-          'bound to IPClaim "tmp-1"; delete the claim instead',
-      );
-      assert.deepEqual(refused.body.details.causes, [{
-        reason: "FieldValueForbidden",
-        message: 'Forbidden: IPAllocation is bound to IPClaim "tmp-1"; delete the claim instead',
-        field: "spec.claimRef",
-      }]);
-      assert.equal((await a.del("tmp-1")).status, 200);
-      assert.equal((await a.alloc(name)).status, 404, "Delete: the allocation is gone");
-      assert.equal(await a.allocated(), before);
-      const again = await bound(a, "tmp-2", { address: c.status.address });
-      assert.equal(again.status.address, c.status.address, "free again at once");
-    });
+    await t.step(
+      "Delete frees at once; a live claim's allocation cannot be deleted (409)",
+      async () => {
+        const before = await a.allocated();
+        const c = await bound(a, "tmp-1");
+        const name = c.status.boundAllocationRef.name;
+        const refused = await a.delAlloc(name);
+        // Milo's refuseIfBound (internal/registry/ipam/ipallocation/storage.go): NewConflict.
+        assert.deepEqual([refused.status, refused.body], [409, {
+          kind: "Status",
+          apiVersion: "v1",
+          metadata: {},
+          status: "Failure",
+          message: `Operation cannot be fulfilled on ipallocations.${GROUP} "${name}": this ` +
+            'allocation is bound to IPClaim "tmp-1"; delete the claim to release the address, and ' +
+            "its reclaimPolicy decides whether the address is freed or retained",
+          reason: "Conflict",
+          details: { name, group: GROUP, kind: "ipallocations" },
+          code: 409,
+        }]);
+        assert.equal((await a.del("tmp-1")).status, 200);
+        assert.equal((await a.alloc(name)).status, 404, "Delete: the allocation is gone");
+        assert.equal(await a.allocated(), before);
+        const again = await bound(a, "tmp-2", { address: c.status.address });
+        assert.equal(again.status.address, c.status.address, "free again at once");
+      },
+    );
 
     await t.step("deleting a retained IPAllocation frees its address at once", async () => {
       const { alloc, claim } = await retained(a, "db-2");
@@ -400,7 +406,7 @@ Deno.test("milo-dev retain: seed validation of leases and retention", () => {
   bad((s) => s.retention = { recreate: "Never" }, /retention.recreate/);
   bad((s) => s.retention = { sweep: "1s" }, /no setting "sweep"/);
   const ok = validateSeed(retainSeed({ retentionLease: "720h" }));
-  assert.deepEqual(ok.retention, { recreate: "Rebind", sweepInterval: "60s", leaseGrace: "24h" });
+  assert.deepEqual(ok.retention, { recreate: "Rebind", sweepInterval: "5m", leaseGrace: "24h" });
 });
 
 Deno.test("a release racing a re-creation of its name, against Milo's unchecked precondition: made again, its address back", async () => {
@@ -431,6 +437,28 @@ Deno.test("a release racing a re-creation of its name, against Milo's unchecked 
     assert.equal(now.metadata.annotations["milo-ipam.io/container-id"], "new");
     assert.equal(now.status.address, newer.status.address, "re-bound: the new holder's address");
     assert.notEqual(now.metadata.uid, newer.metadata.uid, "made again");
+  } finally {
+    await dev.stop();
+  }
+});
+
+Deno.test("milo-dev retain: the lease sweeper every 5 minutes, at most 50 retained a pool each pass, oldest first (sweep.go)", async () => {
+  const dev = await startMiloDev({
+    seed: retainSeed({ retentionLease: "1h", retention: { leaseGrace: "1h" } }),
+  });
+  const a = api(dev);
+  try {
+    assert.equal((await dev.retention()).sweepInterval, "5m", "defaultLeaseSweepInterval");
+    await dev.setRetention({ sweepInterval: "0s", leaseGrace: "1h" });
+    const names = Array.from({ length: 60 }, (_, i) => `r-${String(i).padStart(2, "0")}`);
+    for (const n of names) await retained(a, n);
+    await swept(dev, "90m", [50, 50, 0, 0]);
+    // The same 50 again (loadRetainedAllocations: the oldest, LIMIT 50): the other 10 wait
+    // until those are released.
+    await swept(dev, "90m", [50, 0, 0, 0]);
+    await swept(dev, "3h", [50, 0, 50, 0]);
+    await swept(dev, "3h", [10, 0, 10, 0]);
+    assert.equal((await dev.stats()).retained, 0);
   } finally {
     await dev.stop();
   }

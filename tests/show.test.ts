@@ -67,7 +67,7 @@ Deno.test("show ADDRESS no claim holds: the retained allocation holding it, one 
   const r = await run(stub, { by: "address", address: "10.40.0.9" });
   assert.equal(r.error, null, JSON.stringify(r.error));
   assert.deepEqual(r.claims, []);
-  assert.equal(r.requests, 2, "the claims' LIST, then the IPAllocations'");
+  assert.equal(r.requests, 3, "the claims' LIST, then the IPAllocations', then the quota's GET");
   assert.deepEqual([lists(stub, "ipclaims"), lists(stub, "ipallocations")], [1, 1]);
   assert.deepEqual(r.retained, [{
     allocation: "alloc-5d23d6382c1736c8",
@@ -128,7 +128,7 @@ Deno.test("show ADDRESS a claim holds: one request, no IPAllocation LIST", async
   const r = await run(stub, { by: "address", address: "10.40.0.7" });
   assert.equal(r.error, null, JSON.stringify(r.error));
   assert.equal(r.claims.length, 1);
-  assert.equal(r.requests, 1);
+  assert.equal(r.requests, 2, "the LIST and the quota's GET");
   assert.equal(lists(stub, "ipallocations"), 0);
   assert.equal(r.retained, undefined, "no IPAllocation LIST made");
   assert.doesNotMatch(renderShow(r), /retained/);
@@ -139,7 +139,7 @@ Deno.test("show --retained: every retained allocation by address, with the total
   answerFixture(stub);
   const r = await run(stub, { by: "retained" });
   assert.equal(r.error, null, JSON.stringify(r.error));
-  assert.equal(r.requests, 1);
+  assert.equal(r.requests, 2, "the LIST and the quota's GET");
   assert.deepEqual([lists(stub, "ipclaims"), lists(stub, "ipallocations")], [0, 1]);
   assert.deepEqual(
     r.retained?.map((x) => [x.address, x.allocation, x.retainedSince, x.releaseAt ?? null]),
@@ -212,7 +212,7 @@ Deno.test("show --pod with no claim: what this node config grants its namespace;
   };
   const db = await run(stub, { by: "pod", namespace: "db", name: "db-0" }, grants);
   assert.equal(db.error, null, JSON.stringify(db.error));
-  assert.equal(db.requests, 1);
+  assert.equal(db.requests, 2, "the LIST and the quota's GET");
   assert.equal(lists(stub, "ipallocations"), 0);
   assert.deepEqual(db.grants, grants.allowIdentities);
   const text = renderShow(db);
@@ -290,4 +290,29 @@ Deno.test("show: this node's last verification found a duplicate: the address an
   assert.equal(byPod.findings?.duplicates.length, 1);
   const byNode = await withFindings({ by: "node", node: "node-a1" });
   assert.equal(byNode.findings?.duplicates.length, 1);
+});
+
+Deno.test("show says how close the project is to its IPClaim quota, where Milo says", async () => {
+  const stub = stubAt();
+  stub.materialize(fixture("ipclaim-create-request.json"));
+  stub.quotaLimit = 4;
+  const r = await run(stub, { by: "address", address: "10.40.0.7" });
+  assert.deepEqual(r.quota, { limit: 4, allocated: 1, available: 3 });
+  assert.match(
+    renderShow(r),
+    /\nquota: 1 of 4 IPClaims the project's ipclaims-per-project allows are held \(25%\), 3 left\n$/,
+  );
+  stub.quotaLimit = undefined;
+  const none = await run(stub, { by: "address", address: "10.40.0.7" });
+  assert.match(
+    renderShow(none),
+    /quota: unknown \(Milo holds no IPClaim quota bucket for project tenant-a/,
+  );
+  stub.inject({ method: "GET", path: /allowancebuckets/, answer: () => statusReply(403) });
+  const refused = await run(stub, { by: "address", address: "10.40.0.7" });
+  assert.equal(refused.error, null, "the quota unknown is no error of the query");
+  assert.match(
+    renderShow(refused),
+    /quota: unknown \(Milo forbids this token to read the project's quota: grant it get on allowancebuckets/,
+  );
 });

@@ -6,8 +6,9 @@ import { KEYS } from "../lib/claims.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { sweep, type SweepOptions } from "../lib/sweep.ts";
-import type { SweepReport } from "../lib/sweep_report.ts";
 import { NODE_MONITOR_GRACE_MS, terminatingRule } from "../lib/sweep_rules.ts";
+import { renderText, type SweepReport } from "../lib/sweep_report.ts";
+import { bucketName } from "../lib/milo_quota.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
 const CLUSTER = "cluster-a";
@@ -933,4 +934,42 @@ Deno.test("a sweep without get on the kube-system namespace brakes and says what
   assert.equal(r.outcome, "brake");
   assert.match(r.message, /the kube-system namespace \(its UID names the cluster\) failed/);
   assert.deepEqual(w.deletes(), []);
+});
+
+Deno.test("the report says how close the project is to its IPClaim quota, where Milo says", async () => {
+  const w = world();
+  w.orphan("gone-0");
+  const project = "https://milo.test/apis/resourcemanager.miloapis.com/v1alpha1/projects/p-1/" +
+    "control-plane";
+  const buckets: string[] = [];
+  const fetchBoth = (input: RequestInfo | URL, init?: RequestInit) => {
+    const url = String(input);
+    if (!url.includes("/allowancebuckets/")) {
+      return w.milo.fetch(url.replace(project, "https://milo.test"), init);
+    }
+    buckets.push(new URL(url).pathname.split("/").pop()!);
+    return Promise.resolve(
+      Response.json({ status: { limit: 100, allocated: 97, available: 3 } }),
+    );
+  };
+  const milo = new MiloClient({
+    baseUrl: project,
+    namespace: "default",
+    token: "t",
+    requestMs: 1000,
+    deadline: Date.now() + 60_000,
+    fetch: fetchBoth as typeof fetch,
+    sleep: () => Promise.resolve(),
+  });
+  const r = await w.run({ milo });
+  assert.deepEqual(r.quota, { limit: 100, allocated: 97, available: 3 });
+  assert.deepEqual(buckets, [bucketName("p-1")], "one GET, after the run");
+  assert.match(
+    renderText(r),
+    /\nquota: 97 of 100 IPClaims the project's ipclaims-per-project allows are held \(97%\), 3 left\n/,
+  );
+  const noProject = await world().run();
+  assert.deepEqual(noProject.quota, {
+    unknown: "milo.url names no project (…/projects/P/control-plane)",
+  });
 });
