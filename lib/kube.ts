@@ -55,6 +55,7 @@ const PodSchema = z.object({
     namespace: str,
     uid: str,
     annotations: z.optional(z.nullable(z.record(str, str))),
+    ownerReferences: z.optional(z.nullable(z.array(z.object({ kind: opt, name: opt })))),
   }),
   spec: z.optional(z.object({
     nodeName: opt,
@@ -93,7 +94,11 @@ export interface KubePod {
   namespace: string;
   name: string;
   uid: string;
-  /** The static pod's UID when this is a mirror pod. */
+  /**
+   * The static pod's UID when this is a mirror pod its node made: the
+   * annotation, on a pod bound to a node that owns it (the kubelet sets both;
+   * any user may write the annotation on a pod of theirs).
+   */
   mirrorUid?: string;
   nodeName?: string;
   phase?: string;
@@ -101,9 +106,15 @@ export interface KubePod {
   graceS?: number;
 }
 
-/** True when `pod` is the pod whose UID the kubelet passed as `uid` (itself, or its mirror). */
-export function podHasUid(pod: KubePod, uid: string): boolean {
-  return pod.uid === uid || pod.mirrorUid === uid;
+/**
+ * True when `pod` is the pod whose UID the kubelet passed as `uid`: itself,
+ * or the mirror pod of that static pod on the node `node` names (the claim's;
+ * a mirror UID vouches for its own static pod alone, lib/sweep.ts).
+ */
+export function podHasUid(pod: KubePod, uid: string, node?: string): boolean {
+  if (pod.uid === uid) return true;
+  return pod.mirrorUid === uid && node !== undefined && pod.nodeName !== undefined &&
+    pod.nodeName.toLowerCase() === node.trim().toLowerCase();
 }
 
 /** How to reach one API server, and how hard to try. */
@@ -362,13 +373,22 @@ function nodeOf(n: z.infer<typeof NodeSchema>): KubeNode {
   };
 }
 
+/** A mirror pod's static UID, when its node made it: bound to that node, which owns it. */
+function mirrorOf(p: z.infer<typeof PodSchema>): string | undefined {
+  const uid = p.metadata.annotations?.[MIRROR_ANNOTATION];
+  const node = p.spec?.nodeName;
+  if (!uid || !node) return undefined;
+  const owned = p.metadata.ownerReferences?.some((r) => r.kind === "Node" && r.name === node);
+  return owned ? uid : undefined;
+}
+
 function podOf(p: z.infer<typeof PodSchema>): KubePod {
   const m = p.metadata;
   return {
     namespace: m.namespace,
     name: m.name,
     uid: m.uid,
-    mirrorUid: m.annotations?.[MIRROR_ANNOTATION] || undefined,
+    mirrorUid: mirrorOf(p),
     nodeName: p.spec?.nodeName || undefined,
     phase: p.status?.phase,
     ...(typeof p.spec?.terminationGracePeriodSeconds === "number"

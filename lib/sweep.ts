@@ -23,7 +23,7 @@
  */
 import { clusterSelector } from "./claims.ts";
 import { clashOf, otherUidOf } from "./cluster_uid.ts";
-import { holderOf } from "./holder.ts";
+import { holderOf, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { type KubeClient, podHasUid } from "./kube.ts";
 import { keptSize, type ListBound } from "./list_bound.ts";
@@ -255,9 +255,19 @@ async function observe(
     seen: new Set(),
     claimedPods: 0,
   };
-  /** Every pod UID (a mirror pod's static UID too): has a claim recorded it yet? */
+  /** Every pod UID: has a claim recorded it yet? */
   const claimed = new Map<string, boolean>();
-  for (const p of pods) for (const uid of [p.uid, p.mirrorUid]) if (uid) claimed.set(uid, false);
+  /**
+   * Mirror pods by their static pod's UID: each vouches only for a claim that
+   * records its own namespace/name and node (a user may annotate any pod).
+   */
+  const mirrors = new Map<string, { pod: string; node?: string }>();
+  for (const p of pods) {
+    claimed.set(p.uid, false);
+    if (p.mirrorUid) {
+      mirrors.set(p.mirrorUid, { pod: `${p.namespace}/${p.name}`, node: p.nodeName });
+    }
+  }
   const judged = !!pods.length && !!nodes.length;
   const tally = claimListTally("the sweep's candidates of Milo's IPClaimList", o.candidateBound);
   const gonePods = new Set<string>();
@@ -273,6 +283,10 @@ async function observe(
     if (previous?.candidates.has(name)) obs.seen.add(name);
     if (!h.podUid) return void obs.withoutPodUid++;
     if (!judged) return;
+    const m = mirrors.get(h.podUid);
+    if (m && m.pod === h.pod && sameNode(m.node, h.node) && !claimed.has(h.podUid)) {
+      claimed.set(h.podUid, false);
+    }
     const live = claimed.get(h.podUid);
     if (live === false) {
       claimed.set(h.podUid, true);
@@ -421,7 +435,7 @@ async function recheck(
   const ref = podRef(c.pod)!;
   try {
     let pod = await o.kube.getPod(ref.namespace, ref.name);
-    if (!(pod && podHasUid(pod, c.podUid)) && c.known !== undefined && !c.podExists) {
+    if (!(pod && podHasUid(pod, c.podUid, c.node)) && c.known !== undefined && !c.podExists) {
       const graceMs = o.terminationGraceMs ?? TERMINATION_GRACE_MS;
       const until = holdUntil(secondAt, graceMs, pod?.graceS);
       if (now() < until) {
@@ -429,7 +443,7 @@ async function recheck(
         pod = await o.kube.getPod(ref.namespace, ref.name);
       }
     }
-    if (pod && podHasUid(pod, c.podUid)) {
+    if (pod && podHasUid(pod, c.podUid, c.node)) {
       row.why = `pod exists on re-check (node ${pod.nodeName ?? "none"}, phase ${pod.phase})`;
       return;
     }

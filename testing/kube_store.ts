@@ -31,6 +31,13 @@ export interface PodInput {
   annotations?: Record<string, string>;
   /** `spec.terminationGracePeriodSeconds`; default the fixture's (Kubernetes' default, 30). */
   graceS?: number;
+  /**
+   * A mirror pod as its node's kubelet makes it for the static pod of this
+   * UID: the `kubernetes.io/config.mirror` annotation and an owner reference
+   * to the node (`pkg/kubelet/pod/mirror_client.go`). An annotation a test
+   * writes itself is only that: any user may write it on a pod of theirs.
+   */
+  staticUid?: string;
 }
 
 /**
@@ -77,11 +84,25 @@ export class KubeStore {
       throw new Error(`annotations size ${size} is larger than limit ${MAX_ANNOTATION_BYTES}`);
     }
     const { pod } = JSON.parse(TEMPLATES) as { pod: KubeObject };
+    const node = p.nodeName ? this.#nodes.get(p.nodeName) : undefined;
+    const mirror = p.staticUid && p.nodeName
+      ? {
+        annotations: { ...p.annotations, "kubernetes.io/config.mirror": p.staticUid },
+        ownerReferences: [{
+          apiVersion: "v1",
+          kind: "Node",
+          name: p.nodeName,
+          uid: node?.metadata.uid ?? crypto.randomUUID(),
+          controller: true,
+        }],
+      }
+      : {};
     pod.metadata = this.#meta({
       name: p.name,
       namespace: p.namespace,
       ...(p.uid ? { uid: p.uid } : {}),
       ...(p.annotations ? { annotations: { ...p.annotations } } : {}),
+      ...mirror,
     });
     const spec = pod.spec as Record<string, unknown>;
     if (p.nodeName) spec.nodeName = p.nodeName;

@@ -42,7 +42,7 @@ Deno.test("pods and nodes are listed over every page; a mirror pod carries its s
     namespace: "kube-system",
     name: "etcd-n1",
     nodeName: "n1",
-    annotations: { "kubernetes.io/config.mirror": "static-uid" },
+    staticUid: "static-uid",
   });
   for (const n of ["n1", "n2"]) api.store.addNode(n);
   const k = client(api, { pageLimit: 100 });

@@ -263,7 +263,7 @@ Deno.test("a mirror pod's config.mirror annotation counts as the static pod exis
     namespace: "kube-system",
     name: "etcd-node-1",
     nodeName: "node-1",
-    annotations: { "kubernetes.io/config.mirror": staticUid },
+    staticUid,
   });
   w.milo.add("c-etcd", { podUid: staticUid, pod: "kube-system/etcd-node-1" });
   w.orphan("gone-0");
@@ -470,22 +470,56 @@ Deno.test("a newer claim of the name made between the re-check's GET and DELETE:
   );
 });
 
-Deno.test("the final pod GET showing the same UID (or its mirror) keeps the lease", async () => {
+Deno.test("the final pod GET showing the same UID (or its mirror on the claim's node) keeps the lease", async () => {
   for (const mirror of [false, true]) {
     const w = world();
     const c = w.orphan("web-0");
     const uid = c.metadata.annotations[KEYS.podUid];
+    // The pod, or the mirror pod its node's kubelet made for it (a static pod stays on its node).
+    const node = mirror ? "node-1" : "node-2";
     w.onPodGet = () =>
       w.kube.store.addPod({
         namespace: "shop",
         name: "web-0",
-        nodeName: "node-2",
-        ...(mirror ? { annotations: { "kubernetes.io/config.mirror": uid } } : { uid }),
+        nodeName: node,
+        ...(mirror ? { staticUid: uid } : { uid }),
       });
     const r = await w.run();
     assert.equal(row(r, "c-web-0").action, "kept");
-    assert.match(row(r, "c-web-0").why, /pod exists on re-check \(node node-2, phase Running\)/);
+    assert.match(
+      row(r, "c-web-0").why,
+      new RegExp(`pod exists on re-check \\(node ${node}, phase Running\\)`),
+    );
     assert.deepEqual(w.milo.log.filter((l) => /\/c-/.test(l)), []);
+  }
+});
+
+Deno.test("a mirror UID vouches only for its own static pod: a forged annotation, another name or node, keeps nothing", async () => {
+  const forged = [
+    ["a user's pod annotated with the gone pod's UID", { namespace: "shop", name: "web-0" }],
+    ["a pod of another namespace, annotated", { namespace: "attacker", name: "pending" }],
+  ] as const;
+  for (const [what, where] of forged) {
+    const w = world();
+    const c = w.orphan("web-0");
+    const uid = c.metadata.annotations[KEYS.podUid];
+    w.kube.store.addPod({
+      ...where,
+      nodeName: "node-1",
+      phase: "Pending",
+      annotations: { "kubernetes.io/config.mirror": uid },
+    });
+    const r = await w.run();
+    assert.equal(row(r, "c-web-0").action, "released", what);
+  }
+  // A kubelet's mirror pod, but of another static pod (another name) or on another node.
+  for (const [name, node] of [["etcd-node-1", "node-1"], ["web-0", "node-2"]]) {
+    const w = world();
+    const c = w.orphan("web-0");
+    const uid = c.metadata.annotations[KEYS.podUid];
+    w.kube.store.addPod({ namespace: "shop", name, nodeName: node, staticUid: uid });
+    const r = await w.run();
+    assert.equal(row(r, "c-web-0").action, "released", `${name} on ${node}`);
   }
 });
 

@@ -20,7 +20,6 @@ import { assertLedger, removePod, type Run, timed } from "./run.ts";
 
 const PODS_PER_NODE = 50;
 const B_PODS = 4;
-const MIRROR = "kubernetes.io/config.mirror";
 /**
  * A grace and interval the scenario can afford (the defaults are 10m and 30s), and no wait for a
  * pod gone from a Ready node (the defaults: a node monitor grace of 55s, then its termination
@@ -98,10 +97,8 @@ export async function clusterSweep(run: Run): Promise<void> {
     });
     const a2 = [...rt.live.values()].filter((p) => p.node === "a2");
     const [forced, statik, ...rest] = a1;
-    const mirror = podInput(statik, {
-      uid: crypto.randomUUID(),
-      annotations: { [MIRROR]: statik.uid },
-    });
+    // The mirror pod its node's kubelet made for the static pod (annotation and node owner).
+    const mirror = podInput(statik, { uid: crypto.randomUUID(), staticUid: statik.uid });
     const live = [...rest.map((p) => podInput(p)), mirror];
     await api.start(stateOf([...live, podInput(forced), ...a2.map((p) => podInput(p))], [
       "a1",
