@@ -27,6 +27,11 @@ export const MULTUS_RESULTS_DIR = "/var/lib/cni/multus/results";
 export const DEFAULT_RESULTS_DIRS = [DEFAULT_RESULTS_DIR, MULTUS_RESULTS_DIR];
 /** Where the host's identity is read (systemd's machine-id). */
 export const DEFAULT_HOST_ID_FILE = "/etc/machine-id";
+/**
+ * Where the firmware names the machine (SMBIOS product UUID): the host's
+ * identity where no machine-id is, kept by the machine whatever its disks hold.
+ */
+export const DEFAULT_HARDWARE_ID_FILE = "/sys/class/dmi/id/product_uuid";
 /** Where the kernel names the current boot (a random UUID made at every boot). */
 export const DEFAULT_BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id";
 /** Default directory of milo-ipam's own node state (reconcile state, release journal). */
@@ -167,6 +172,7 @@ const nodeShape = {
     z.array(path).check(z.minLength(1, "must name at least one directory"), z.maxLength(16)),
   ),
   hostIdFile: withDefault(path, DEFAULT_HOST_ID_FILE),
+  hardwareIdFile: withDefault(path, DEFAULT_HARDWARE_ID_FILE),
   bootIdFile: withDefault(path, DEFAULT_BOOT_ID_FILE),
   stateDir: withDefault(path, DEFAULT_STATE_DIR),
   agent: withDefault(

@@ -17,14 +17,47 @@ let cached: { key: string; id: string } | undefined;
 
 /**
  * This host's identity: the node config's `hostIdFile` (`/etc/machine-id`),
- * else one made once and kept in `<stateDir>/host-id`.
+ * else the one kept in `<stateDir>/host-id`, made once from the machine's
+ * firmware UUID (`hardwareIdFile`: a wiped `stateDir` makes the same one
+ * again, so the node still knows its own claims) or, without one, at random.
  */
-export function hostId(node: Pick<NodeConfig, "hostIdFile" | "stateDir">): string {
-  const key = `${node.hostIdFile}\u0000${node.stateDir}`;
+export function hostId(
+  node: Pick<NodeConfig, "hostIdFile" | "stateDir"> & Partial<Pick<NodeConfig, "hardwareIdFile">>,
+): string {
+  const key = `${node.hostIdFile}\u0000${node.stateDir}\u0000${node.hardwareIdFile ?? ""}`;
   if (cached?.key === key) return cached.id;
-  const id = readId(node.hostIdFile) ?? ownId(node.stateDir);
+  const id = readId(node.hostIdFile) ?? ownId(node.stateDir, node.hardwareIdFile);
   cached = { key, id };
   return id;
+}
+
+/**
+ * Firmware UUIDs that name no machine: unset, or a vendor's placeholder that
+ * many boards share (dmidecode's and systemd's lists of known bogus ones).
+ */
+const NO_MACHINE = new Set([
+  "00000000000000000000000000000000",
+  "ffffffffffffffffffffffffffffffff",
+  "03000200040005000006000700080009",
+  "00020003000400050006000700080009",
+]);
+
+/**
+ * The machine's firmware UUID as a host identity (`dmi-` and 32 hex digits),
+ * or undefined when the file is absent, unreadable, not a UUID or a
+ * placeholder: never an error (the machine-id, or a made one, serves then).
+ */
+export function hardwareId(path: string | undefined): string | undefined {
+  if (!path) return undefined;
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path).trim().toLowerCase();
+  } catch {
+    return undefined;
+  }
+  const hex = text.replaceAll("-", "");
+  if (!/^[0-9a-f]{32}$/.test(hex) || NO_MACHINE.has(hex)) return undefined;
+  return `dmi-${hex}`;
 }
 
 function readId(path: string): string | undefined {
@@ -46,13 +79,16 @@ function readId(path: string): string | undefined {
   return text;
 }
 
-/** The identity this host made for itself in its state directory (made once, published whole). */
-function ownId(stateDir: string): string {
+/**
+ * The identity this host keeps in its state directory (made once, published
+ * whole): the firmware's, else a random one.
+ */
+function ownId(stateDir: string, hardwareIdFile?: string): string {
   const path = `${stateDir}/host-id`;
   const existing = readId(path);
   if (existing) return existing;
-  const id = crypto.randomUUID().replaceAll("-", "");
-  const tmp = `${path}.${id.slice(0, 8)}.tmp`;
+  const id = hardwareId(hardwareIdFile) ?? crypto.randomUUID().replaceAll("-", "");
+  const tmp = `${path}.${crypto.randomUUID().slice(0, 8)}.tmp`;
   try {
     Deno.mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     Deno.writeTextFileSync(tmp, id + "\n", { mode: 0o600 });
@@ -88,4 +124,46 @@ export function bootId(node: Pick<NodeConfig, "bootIdFile">): string | undefined
   } catch {
     return undefined;
   }
+}
+
+/** What the last reconcile saw of this host: its identity, its firmware's, its boot. */
+interface Seen {
+  host: string;
+  hardware?: string;
+  boot?: string;
+}
+
+/**
+ * Why this host's identity cannot be trusted across boots, or undefined: the
+ * identity changed since the last boot while the machine's firmware UUID did
+ * not (a machine-id made afresh at every boot). Every lease made before then
+ * looks like another host's to every release path (kept, never released);
+ * the fix is root's: `hostIdFile` naming a stable identity. Records what it
+ * saw in `<stateDir>/host-seen.json`.
+ */
+export function identityDrift(
+  node: Pick<NodeConfig, "hostIdFile" | "stateDir" | "hardwareIdFile">,
+  host: string,
+  boot: string | undefined,
+): string | undefined {
+  const path = `${node.stateDir}/host-seen.json`;
+  const now: Seen = { host, hardware: hardwareId(node.hardwareIdFile), boot };
+  let before: Seen | undefined;
+  try {
+    before = JSON.parse(Deno.readTextFileSync(path)) as Seen;
+  } catch {
+    before = undefined;
+  }
+  try {
+    Deno.writeTextFileSync(path, JSON.stringify(now) + "\n", { mode: 0o600 });
+  } catch {
+    // Seen again at the next run.
+  }
+  const drifted = before?.host !== undefined && before.host !== host && !!now.hardware &&
+    before.hardware === now.hardware && !!boot && before.boot !== boot;
+  if (!drifted) return undefined;
+  return `hostIdFile ${node.hostIdFile} named this host ${before!.host} before this boot and ` +
+    `${host} now, on the same machine (firmware ${now.hardware}): it is made afresh at boot, ` +
+    `so the leases this node made before look like another host's and are never released; ` +
+    `set hostIdFile to a stable identity (${node.hardwareIdFile})`;
 }

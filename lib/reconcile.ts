@@ -33,7 +33,7 @@ import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
 import { doubtOf } from "./lease.ts";
-import { hostId } from "./host.ts";
+import { hostId, identityDrift } from "./host.ts";
 import {
   type Brake,
   brakeOf,
@@ -159,6 +159,8 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const boot = stableBoot(node);
   report.boot = boot.id ?? null;
   if (boot.warning) report.warnings.push(boot.warning);
+  const drift = o.dryRun ? undefined : identityDrift(node, host, boot.id);
+  if (drift) report.warnings.push(drift);
   const here = { host, node: node.node };
   const other = (claim: string, reason: string) => {
     if (!journaled.has(claim)) report.kept.push({ claim, reason });

@@ -150,6 +150,7 @@ export async function planSandbox(o: SandboxOptions): Promise<{
     ...secrets,
     ...node.resultsDirs,
     node.hostIdFile,
+    node.hardwareIdFile,
     node.bootIdFile,
     node.stateDir,
     dirname(node.log.file),

@@ -100,6 +100,8 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
       stateDir: o.stateDir,
       resultsDirs: [o.resultsDir ?? `${o.stateDir}/results`],
       hostIdFile: `${o.stateDir}/machine-id`,
+      // The machine's own firmware UUID, if it has one, is no test host's.
+      hardwareIdFile: `${o.stateDir}/product_uuid`,
       ...SCOPE_GRANT,
       ...o.node,
     },

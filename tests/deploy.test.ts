@@ -20,7 +20,12 @@ import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { ClusterRole } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole";
 import { ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding";
-import { DEFAULT_BOOT_ID_FILE, parseNodeConfig, requireScrapeToken } from "../lib/config.ts";
+import {
+  DEFAULT_BOOT_ID_FILE,
+  DEFAULT_HARDWARE_ID_FILE,
+  parseNodeConfig,
+  requireScrapeToken,
+} from "../lib/config.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
@@ -347,9 +352,11 @@ Deno.test("deploy: host paths are the sandbox's, at the same paths in the instal
   const secrets = new Set(agent.volumes.filter((v: Any) => v.secret).map((v: Any) => v.name));
   const secretMountOf = (p: string) =>
     main.volumeMounts.find((m: Any) => secrets.has(m.name) && isInside(p, m.mountPath));
-  // The boot id is the kernel's: every container's /proc shows the host's.
+  // The boot id is the kernel's (every container's /proc shows the host's), and so is the
+  // firmware's UUID (every container's sysfs shows the machine's).
+  const kernels = [DEFAULT_BOOT_ID_FILE, DEFAULT_HARDWARE_ID_FILE];
   const read = [
-    ...g.read.filter((p) => p !== `${OVERLAY}/node.json` && p !== DEFAULT_BOOT_ID_FILE),
+    ...g.read.filter((p) => p !== `${OVERLAY}/node.json` && !kernels.includes(p)),
     "/etc/milo-ipam/node.json",
   ];
   for (const p of read) {

@@ -101,8 +101,9 @@ Deno.test({
         await Deno.symlink(`usr/${l}`, `${ctr}/${l}`);
       }
       const thickMounts = [at("/opt/cni/bin"), at("/var/lib/cni/multus")];
-      // /proc is the container's own, which shows the host kernel's boot id: nothing to mount.
-      const readme = readmePaths().filter((p) => !p.startsWith("/proc")).map(at);
+      // /proc and /sys are the container's own, which show the host kernel's boot id and the
+      // machine's firmware UUID: nothing to mount.
+      const readme = readmePaths().filter((p) => !/^\/(proc|sys)\//.test(p)).map(at);
 
       /** Execs the plugin as the daemon does: in its container, chrooted to /hostroot or not. */
       const delegate = async (mounts: string[], command: string, id: string, chroot: boolean) => {
