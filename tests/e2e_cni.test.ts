@@ -11,6 +11,7 @@ import { e2eMissing, HAVE_PING, type Mode, MODES, World } from "../testing/e2e/m
 import { agentRestart } from "../testing/e2e/scenarios/agent_restart.ts";
 import { boundedFailure } from "../testing/e2e/scenarios/bounded.ts";
 import { churnWithFaults } from "../testing/e2e/scenarios/churn.ts";
+import { lostClaims } from "../testing/e2e/scenarios/lost.ts";
 import { multusAttachments } from "../testing/e2e/scenarios/multus.ts";
 import { twoClustersOnePool } from "../testing/e2e/scenarios/one_pool.ts";
 import { delNeverCame } from "../testing/e2e/scenarios/orphans.ts";
@@ -33,7 +34,7 @@ const MULTUS_CHURN: Record<Mode, number> = {
   direct: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.direct)),
   agent: Number(Deno.env.get("E2E_MULTUS_CHURN") ?? Math.min(64, CHURN.agent)),
 };
-/** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7, 8); all by default. Not in CI. */
+/** E2E_SCENARIOS=2,7 runs only those scenarios (1, 1b, 2, 3, 5, 6, 7, 8, 9); all by default. Not in CI. */
 const ONLY = Deno.env.get("E2E_SCENARIOS")?.split(",").map((s) => s.trim()).filter(Boolean);
 if (ONLY && IN_CI) throw new Error("E2E_SCENARIOS is for local runs: CI runs every scenario");
 const wanted = (n: string) => !ONLY || ONLY.includes(n);
@@ -109,6 +110,13 @@ for (const mode of RUN_MODES) {
             "a second sandbox gets none; a late DEL releases nothing; a force-deleted holder " +
             "is released by its node's reconcile",
           () => timed(run, "scenario 8", () => stableAddresses(run)),
+        );
+      }
+      if (wanted("9")) {
+        await t.step(
+          "9. Milo loses a namespace's claims while their pods run: each node's reconcile makes " +
+            "them again on the pods' addresses",
+          () => timed(run, "scenario 9", () => lostClaims(run)),
         );
       }
     } finally {

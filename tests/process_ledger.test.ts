@@ -450,3 +450,135 @@ Deno.test("ledger truth: a clone that kept the machine-id under its own node nam
     await Deno.remove(etc, { recursive: true });
   }
 });
+
+Deno.test("ledger truth: a DELETE whose answer is lost is not sent again blind; the pod's new sandbox on another node keeps its claim", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const etc = await Deno.makeTempDir({ prefix: "milo-ipam-moved-" });
+  await Deno.writeTextFile(`${etc}/machine-id`, "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0\n");
+  // A StatefulSet pod's network names its claims after the pod (Retain: re-bound by name).
+  const grant = { allowIdentities: [{ namespace: "shop", identity: "pod" }] };
+  // A long request timeout: the test makes node B's ADD while node A's DELETE hangs.
+  const slow = { timeouts: { requestMs: 4_000, totalMs: 16_000 } };
+  const a = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    node: "node-a1",
+    nodeConfig: { ...grant, ...slow },
+  });
+  const b = await installPlugin({
+    miloUrl: milo.url,
+    token: TOKEN,
+    node: "node-b1",
+    nodeConfig: { ...grant, hostIdFile: `${etc}/machine-id` },
+  });
+  try {
+    const pod = { podName: "db-0", podNamespace: "shop" };
+    assertOk(
+      await a.run({
+        command: "ADD",
+        containerId: "old",
+        stdin: a.netConf({ identity: "pod" }),
+        ...pod,
+      }),
+    );
+    const [claim] = await milo.listClaims("tenant-a", `${KEYS.containerId}=old`);
+    // Milo runs node A's DELETE, then holds its answer until the request times out.
+    await milo.setFaults({
+      methods: ["DELETE"],
+      kinds: ["ipclaims"],
+      faultPoint: "after",
+      hangRate: 1,
+      hangMs: 30_000,
+    });
+    const del = a.run({
+      command: "DEL",
+      containerId: "old",
+      stdin: a.netConf({ identity: "pod" }),
+      ...pod,
+    });
+    await until(
+      async () => {
+        const r = await miloApi(milo, "GET", `/namespaces/default/ipclaims/${claim.metadata.name}`);
+        return r.status === 404;
+      },
+      "node A's DELETE ran",
+      4_000,
+    );
+    await milo.clearFaults();
+    // The pod's new sandbox on node B makes the name again: Milo re-binds its retained address.
+    const moved = await b.run({
+      command: "ADD",
+      containerId: "new",
+      stdin: b.netConf({ identity: "pod" }),
+      ...pod,
+    });
+    assertOk(moved);
+    // Milo overloaded for creates from then on: a claim removed now could not be made again.
+    await milo.setFaults({ methods: ["POST"], errorRate: 1, errorStatuses: [503] });
+    const r = await del;
+    assertOk(r);
+    await milo.clearFaults();
+    const [now] = await milo.listClaims("tenant-a", `${KEYS.containerId}=new`);
+    assert.equal(now?.metadata.annotations?.[KEYS.containerId], "new", "node B's claim stays");
+    assert.deepEqual(ipsOf(moved).map((i) => i.address), await leased(milo, "new"));
+  } finally {
+    await milo.clearFaults().catch(() => {});
+    await a.cleanup();
+    await b.cleanup();
+    await milo.stop();
+    await Deno.remove(etc, { recursive: true });
+  }
+});
+
+Deno.test({
+  name:
+    "ledger truth: the agent killed with its creates in flight, the plugin's fallback ADD refused: the DEL journals in doubt, reconcile releases the late claims",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  const p = await installPlugin({ miloUrl: milo.url, token: TOKEN, agent: true });
+  try {
+    const conf = p.netConf();
+    // The node has listed its claims once already: reconcile judges only its own record from now.
+    assert.equal((await reconcile(p)).code, 0);
+    await p.startAgent();
+    await milo.resetStats();
+    // Milo holds the agent's creates for 6 s before it makes them.
+    await milo.setFaults({ methods: ["POST"], kinds: ["ipclaims"], latencyMs: 6_000 });
+    const add = p.run({ command: "ADD", containerId: "doubt", stdin: conf, timeoutMs: 30_000 });
+    await until(
+      async () => ((await milo.stats()).byMethod.POST ?? 0) >= 2,
+      "the agent's creates sent",
+    );
+    // From now on Milo refuses creates at once (its pool full): the plugin's fallback ADD is
+    // answered, and settles.
+    await milo.setFaults({
+      methods: ["POST"],
+      kinds: ["ipclaims"],
+      errorRate: 1,
+      errorStatuses: [507],
+    });
+    await p.stopAgent("SIGKILL");
+    const added = await add;
+    assert.equal(added.json?.code, 100, added.stdout);
+    // The runtime's DEL after the failed ADD: nothing there yet.
+    assertOk(await p.run({ command: "DEL", containerId: "doubt", stdin: conf }));
+    const [entry] = await new Journal(p.stateDir).list();
+    assert.equal(entry?.entry?.inDoubt, true, "the killed agent's creates are owed in doubt");
+    // The agent's creates land, after the DEL.
+    await milo.clearFaults();
+    await until(
+      async () => (await leased(milo, "doubt")).length === 2,
+      "the late creates landed",
+      15_000,
+    );
+    const r = await reconcile(p);
+    assert.deepEqual(r.report.released.map((x) => x.via), ["journal", "journal"], r.stdout);
+    assert.deepEqual(await leased(milo, "doubt"), [], "no lease without a holder");
+  } finally {
+    await milo.clearFaults().catch(() => {});
+    await p.cleanup();
+    await milo.stop();
+  }
+});
