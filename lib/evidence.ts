@@ -18,7 +18,13 @@ import type { Attachment } from "./claims.ts";
 import { isGalactic } from "./galactic.ts";
 import type { Holding } from "./lease.ts";
 import type { State } from "./liveness.ts";
-import type { Recorded } from "./reconcile_records.ts";
+
+/** A recorded claim as these rules read it (lib/reconcile_records.ts `Recorded`). */
+interface Claimed {
+  name: string;
+  uid?: string;
+  h: Pick<Holding, "galactic">;
+}
 
 /** The record's mark of a galactic attachment (none for any other). */
 export function galacticOf(
@@ -28,7 +34,7 @@ export function galacticOf(
 }
 
 /** Notes in `next` that a cache named the container of `c` this run. */
-export function sawLive(next: State, c: Recorded): void {
+export function sawLive(next: State, c: Claimed): void {
   if (c.h.galactic) next.seen[c.name] = c.uid ?? "";
 }
 
@@ -37,7 +43,7 @@ export function sawLive(next: State, c: Recorded): void {
  * galactic attachment no cache named in an earlier run (carried forward in
  * `next` when one did). Undefined when it may be judged.
  */
-export function withoutEvidence(previous: State, next: State, c: Recorded): string | undefined {
+export function withoutEvidence(previous: State, next: State, c: Claimed): string | undefined {
   if (!c.h.galactic) return undefined;
   if (previous.seen[c.name] === (c.uid ?? "")) {
     next.seen[c.name] = c.uid ?? "";

@@ -16,7 +16,7 @@
  */
 import { writeAtomic } from "./atomic_write.ts";
 import { type Attachment, attachmentHash } from "./claims.ts";
-import type { Owed } from "./lease.ts";
+import type { JournalClaim, Owed } from "./lease.ts";
 import { sha256Hex } from "./sha256.ts";
 import { CniError, errorText } from "./errors.ts";
 import {
@@ -28,13 +28,6 @@ import {
   Shares,
 } from "./journal_shares.ts";
 import { lockFile } from "./lockfile.ts";
-
-/** One claim a release is owed for. */
-export interface JournalClaim {
-  name: string;
-  /** The claim's uid when the failed call knew it. */
-  uid?: string;
-}
 
 /** One journal entry: an attachment the runtime removed whose release is unfinished. */
 export interface JournalEntry {

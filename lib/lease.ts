@@ -21,7 +21,13 @@
  * window counts from when the doubt began (the ADD's end), not from an
  * older entry's creation.
  */
-import type { JournalClaim } from "./journal.ts";
+
+/** One claim a release is owed for (a journal entry's). */
+export interface JournalClaim {
+  name: string;
+  /** The claim's uid when the failed call knew it. */
+  uid?: string;
+}
 
 /** One claim of a record. */
 export interface HeldClaim {

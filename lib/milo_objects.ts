@@ -5,7 +5,7 @@
  * protocol error for a malformed one, a CniError for a Status.
  */
 import * as z from "zod/mini";
-import { PREFIX } from "./claims.ts";
+import { PREFIX } from "./keys.ts";
 import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 import { isPlainObject } from "./cni.ts";

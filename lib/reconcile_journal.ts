@@ -10,23 +10,14 @@ import { notHeldHere, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
-import { Journal, type JournalClaim, type JournalEntry, type RemakeEntry } from "./journal.ts";
+import { Journal, type JournalEntry, type RemakeEntry } from "./journal.ts";
+import type { JournalClaim } from "./lease.ts";
 import { lockAttachment } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import { restoreClaim } from "./restore.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
-import type { ReconcileOptions, ReconcileReport } from "./reconcile.ts";
-
-/** A journal entry the run could not finish. */
-export interface JournalReport {
-  entry: string;
-  containerId?: string;
-  ifname?: string;
-  claims: string[];
-  attempts?: number;
-  lastError: string;
-}
+import type { JournalReport, ReconcileOptions, ReconcileReport } from "./reconcile_report.ts";
 
 /**
  * Finishes the release journal: each entry's claims released (see
