@@ -61,6 +61,8 @@ export const add: Handler = async (inv) => {
     const previous = inv.holdings.read(inv.attachment);
     let leased = false;
     let adding: Holding | undefined;
+    /** Set when a create this ADD sent went unanswered: it may land yet. */
+    let inDoubt = false;
     try {
       adding = inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
       const held = await leaseAll(inv, net, entry, requested);
@@ -77,9 +79,12 @@ export const add: Handler = async (inv) => {
         output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
         claims: claimNamesOf(inv),
       };
+    } catch (err) {
+      inDoubt = toCniError(err).inDoubt;
+      throw err;
     } finally {
       entry?.close();
-      if (!leased && adding) settle(inv, previous, adding, inv.milo.unansweredCreates > 0);
+      if (!leased && adding) settle(inv, previous, adding, inDoubt);
     }
   } finally {
     lock.close();
@@ -126,7 +131,13 @@ async function leaseAll(
     const made = held.filter((h) => h.fresh);
     if (!made.length) throw e;
     const notes = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
-    throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
+    const rolled = new CniError(
+      e.outcome,
+      e.message,
+      [e.details, ...notes].filter(Boolean).join("; "),
+    );
+    rolled.inDoubt = e.inDoubt;
+    throw rolled;
   }
   return held;
 }

@@ -31,6 +31,12 @@ export type Outcome = keyof typeof OUTCOMES;
 export class CniError extends Error {
   readonly outcome: Outcome;
   readonly details: string;
+  /**
+   * Set on the failure of a call that sent Milo a create without reading its
+   * answer (a timeout, a connection lost after sending, a 5xx): that create
+   * may still land (lib/lease.ts, in doubt).
+   */
+  inDoubt = false;
 
   constructor(outcome: Outcome, msg: string, details = "") {
     super(clip(msg, MAX_MSG_CHARS));
@@ -194,7 +200,9 @@ export function errorText(err: unknown): string {
 export function combineErrors(errors: CniError[]): CniError {
   if (errors.length === 1) return errors[0];
   const all = errors.map((e) => `[${e.code}] ${e.message}${e.details ? ` (${e.details})` : ""}`);
-  return new CniError(errors[0].outcome, errors[0].message, [...new Set(all)].join("; "));
+  const e = new CniError(errors[0].outcome, errors[0].message, [...new Set(all)].join("; "));
+  e.inDoubt = errors.some((x) => x.inDoubt);
+  return e;
 }
 
 /** Awaits every task; throws the combined failure if any failed, else returns the values. */

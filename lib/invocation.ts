@@ -5,7 +5,7 @@ import type { NetConf } from "./netconf.ts";
 import { FAMILIES, type Family } from "./ip.ts";
 import type { Holdings } from "./holdings.ts";
 import type { Journal } from "./journal.ts";
-import type { MiloClient } from "./milo.ts";
+import type { MiloCalls } from "./milo_calls.ts";
 import type { Duplicate } from "./restore.ts";
 
 /** Everything a verb handler needs for one plugin invocation. */
@@ -14,10 +14,10 @@ export interface Invocation {
   conf: NetConf;
   node: NodeConfig;
   attachment: Attachment;
-  /** The Milo client within the main budget. */
-  milo: MiloClient;
-  /** The same client with the slice of `totalMs` reserved for rolling back a half ADD. */
-  rollback: MiloClient;
+  /** What the call asks of Milo, within the main budget. */
+  milo: MiloCalls;
+  /** The same with the slice of `totalMs` reserved for rolling back a half ADD. */
+  rollback: MiloCalls;
   journal: Journal;
   holdings: Holdings;
   /** The call's deadline (ms since epoch): the plugin's start and `timeouts.totalMs`. */

@@ -56,6 +56,7 @@ import {
 } from "./milo_quota.ts";
 import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
+import type { ClaimList, MiloCalls } from "./milo_calls.ts";
 import type { ClientOptions } from "./milo_options.ts";
 import { after, pause } from "./timers.ts";
 
@@ -84,22 +85,16 @@ interface CallOptions {
   unsentOnly?: boolean;
 }
 
-/** A LIST's claims, and Milo's clock when it answered (its `Date` header; NaN without one). */
-export interface ClaimList {
-  items: IPClaim[];
-  serverTime: number;
-}
-
 /** A thin Milo IPAM client: deadlines, bounded jittered retries, Status-aware errors. */
-export class MiloClient {
+export class MiloClient implements MiloCalls {
   readonly #o: ClientOptions;
-  readonly #counter: { n: number; unansweredCreates: number };
+  readonly #counter: { n: number };
   readonly #fetch: typeof fetch;
   readonly #sleep: (ms: number) => Promise<void>;
   readonly #random: () => number;
   readonly #now: () => number;
 
-  constructor(options: ClientOptions, counter = { n: 0, unansweredCreates: 0 }) {
+  constructor(options: ClientOptions, counter = { n: 0 }) {
     this.#o = options;
     this.#counter = counter;
     this.#fetch = options.fetch ?? fetch;
@@ -111,14 +106,6 @@ export class MiloClient {
   /** HTTP requests sent so far by this client and its {@link withDeadline} copies. */
   get requests(): number {
     return this.#counter.n;
-  }
-
-  /**
-   * POSTs sent without an answer from Milo (timed out, connection lost):
-   * each may still create its claim later. Shared like {@link requests}.
-   */
-  get unansweredCreates(): number {
-    return this.#counter.unansweredCreates;
   }
 
   /** The same client with another deadline (the request counts are shared). */
@@ -348,6 +335,23 @@ export class MiloClient {
    * executed without an answer, and is answered as {@link Unanswered}.
    */
   async #call(method: string, path: string, o: CallOptions): Promise<Answer> {
+    /** Set once an attempt may have run without its answer read: a create of it may land. */
+    let sentUnanswered = false;
+    try {
+      return await this.#attempts(method, path, o, () => sentUnanswered = true);
+    } catch (err) {
+      if (err instanceof CniError && method === "POST" && sentUnanswered) err.inDoubt = true;
+      throw err;
+    }
+  }
+
+  /** {@link #call}'s attempts; `unanswered` hears of each that may have run unanswered. */
+  async #attempts(
+    method: string,
+    path: string,
+    o: CallOptions,
+    unansweredSent: () => void,
+  ): Promise<Answer> {
     const opt = this.#o;
     const url = opt.baseUrl + path;
     const what = `${method} ${path}`;
@@ -448,7 +452,7 @@ export class MiloClient {
         // Over half its timeout, or none: Milo queued it (its priority and fairness) or is slow.
         const late = !watch && this.#now() - sentAt > timeoutMs / 2;
         slot?.done({ status, retryAfterMs: hinted, late });
-        if (method === "POST" && unanswered !== undefined) this.#counter.unansweredCreates++;
+        if (unanswered !== undefined) unansweredSent();
         opt.onRequest?.({ method, status, attempt });
       }
       if (o.unsentOnly && unanswered !== undefined) throw new Unanswered(what, unanswered);
