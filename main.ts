@@ -73,11 +73,11 @@ async function subcommand(name: string, args: string[]): Promise<number> {
   try {
     return await cmd.cli(args);
   } catch (err) {
-    const [{ encodeError, LATEST_VERSION }, { CniError, toCniError }] = await Promise.all([
+    const [{ encodeError, LATEST_VERSION }, { toCniError, UsageError }] = await Promise.all([
       import("./lib/cni.ts"),
       import("./lib/errors.ts"),
     ]);
-    if (err instanceof CniError && err.message.startsWith("usage:")) {
+    if (err instanceof UsageError) {
       return usageError(`milo-ipam ${name}`, err.details || "wrong command line", cmd.usage).exit;
     }
     write(JSON.stringify(encodeError(LATEST_VERSION, toCniError(err))) + "\n");

@@ -7,7 +7,7 @@ import { cidrContains, type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { afterFailedAdd, type Holding } from "./lease.ts";
 import type { JournalHold } from "./journal.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
 import { grantedScope, namesScope } from "./scope_grant.ts";
@@ -55,8 +55,7 @@ export const add: Handler = async (inv) => {
   };
   const names = claimNamesOf(inv);
   const requested = requestedAddresses(inv.conf, inv.env.args, inv.node, inv.attachment);
-  const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
-  try {
+  return await withAttachmentLock(inv.node.stateDir, inv.attachment, async () => {
     const entry = await inv.journal.hold(inv.attachment);
     const previous = inv.holdings.read(inv.attachment);
     let leased = false;
@@ -86,9 +85,7 @@ export const add: Handler = async (inv) => {
       entry?.close();
       if (!leased && adding) settle(inv, previous, adding, inDoubt);
     }
-  } finally {
-    lock.close();
-  }
+  });
 };
 
 /**

@@ -4,7 +4,7 @@
  * what is wrong and the usage on stderr (exit 2).
  */
 import { parseArgs, type ParseArgsConfig, type ParseArgsOptionsConfig } from "node:util";
-import { CniError, errorText } from "./errors.ts";
+import { errorText, UsageError } from "./errors.ts";
 
 /** A command's usage text and its flags (node:util parseArgs options). */
 export interface CommandLine {
@@ -74,7 +74,7 @@ export function parseFlags<O extends ParseArgsOptionsConfig>(
   try {
     return parseArgs({ args, options }).values;
   } catch (err) {
-    throw new CniError("config", usage, errorText(err));
+    throw new UsageError(usage, errorText(err));
   }
 }
 

@@ -9,7 +9,7 @@ import { Holdings } from "./holdings.ts";
 import { IN_DOUBT, Journal } from "./journal.ts";
 import { type Holding, type JournalClaim, type Owed, owedAfterRelease } from "./lease.ts";
 import type { NetConf } from "./netconf.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
@@ -36,8 +36,7 @@ import type { IPClaim } from "./milo_objects.ts";
  * ({@link undo}).
  */
 export const del: Handler = async (inv) => {
-  const lock = await lockAttachment(inv.node.stateDir, inv.attachment);
-  try {
+  return await withAttachmentLock(inv.node.stateDir, inv.attachment, async () => {
     if (inv.undoOf !== undefined) {
       const h = inv.holdings.read(inv.attachment);
       if (h?.addId !== inv.undoOf) {
@@ -47,9 +46,7 @@ export const del: Handler = async (inv) => {
       return await undo(inv, h);
     }
     return await release(inv);
-  } finally {
-    lock.close();
-  }
+  });
 };
 
 /**
@@ -264,25 +261,24 @@ export async function journalUnreached(
   } catch {
     return undefined;
   }
-  const lock = await lockAttachment(node.stateDir, a);
-  try {
-    const record = ownRecord(new Holdings(node.stateDir), a);
-    if (!conf) a.network = record?.network ?? "";
-    const named = conf && canName(a) ? familiesOf(conf.network).map((f) => claimName(a, f)) : [];
-    const claims = [...new Set([...named, ...(record?.claims ?? []).map((c) => c.name)])]
-      .map((name) => {
-        const uid = uidOf(record, name);
-        return uid ? { name, uid } : { name };
-      });
-    if (!claims.length) return undefined;
-    const journal = new Journal(node.stateDir);
-    // After an ADD in doubt its creates may land later: the entry waits for them too.
-    const owed = owedAfterRelease(record, claims, now, node.reconcile.graceS * 1000)!;
-    const path = await journal.owe(a, owed, error, { now });
-    return `journaled for release by milo-ipam reconcile (${path})`;
-  } catch (err) {
-    return `could not be journaled: ${errorText(err)}`;
-  } finally {
-    lock.close();
-  }
+  return await withAttachmentLock(node.stateDir, a, async () => {
+    try {
+      const record = ownRecord(new Holdings(node.stateDir), a);
+      if (!conf) a.network = record?.network ?? "";
+      const named = conf && canName(a) ? familiesOf(conf.network).map((f) => claimName(a, f)) : [];
+      const claims = [...new Set([...named, ...(record?.claims ?? []).map((c) => c.name)])]
+        .map((name) => {
+          const uid = uidOf(record, name);
+          return uid ? { name, uid } : { name };
+        });
+      if (!claims.length) return undefined;
+      const journal = new Journal(node.stateDir);
+      // After an ADD in doubt its creates may land later: the entry waits for them too.
+      const owed = owedAfterRelease(record, claims, now, node.reconcile.graceS * 1000)!;
+      const path = await journal.owe(a, owed, error, { now });
+      return `journaled for release by milo-ipam reconcile (${path})`;
+    } catch (err) {
+      return `could not be journaled: ${errorText(err)}`;
+    }
+  });
 }

@@ -52,6 +52,18 @@ export class CniError extends Error {
 }
 
 /**
+ * A wrong command line of a subcommand (a flag unknown or malformed): its
+ * usage goes to stderr with exit 2, never a CNI error (main.ts). `usage` is
+ * the command's usage line, `details` what is wrong.
+ */
+export class UsageError extends CniError {
+  constructor(usage: string, details: string) {
+    super("config", usage, details);
+    this.name = "UsageError";
+  }
+}
+
+/**
  * A request Milo may have executed without its answer reaching the client (a
  * timeout, a connection lost after sending, a 5xx): a DELETE is never sent
  * again blind (lib/milo_release.ts).

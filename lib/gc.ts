@@ -6,7 +6,7 @@ import { attemptAll, CniError, combineErrors } from "./errors.ts";
 import { FAMILIES, miloFamily } from "./ip.ts";
 import type { Handler, Invocation } from "./invocation.ts";
 import { isLive, readLive } from "./liveness.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import type { Release } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
@@ -99,8 +99,7 @@ async function releaseStale(
   tally: ReleaseTally,
 ): Promise<Release> {
   const key = keyOf(inv, c);
-  const lock = await lockAttachment(inv.node.stateDir, key);
-  try {
+  return await withAttachmentLock(inv.node.stateDir, key, async () => {
     if (recordOf(inv, c) !== record) return "changed";
     const a = { ...inv.attachment, ...key };
     const r = await inv.milo.releaseIf(
@@ -110,9 +109,7 @@ async function releaseStale(
     );
     if (r !== "changed") inv.holdings.forget(key, [c.metadata.name]);
     return r;
-  } finally {
-    lock.close();
-  }
+  });
 }
 
 /**

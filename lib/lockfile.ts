@@ -76,3 +76,21 @@ export async function lockAttachment(
     throw new CniError("io", `cannot lock attachment ${path}`, errorText(err));
   }
 }
+
+/**
+ * Runs `fn` holding the lock of the attachment `a` ({@link lockAttachment}),
+ * released however `fn` ends: the one way every ADD, DEL, GC, journal entry,
+ * reconcile and repair of an attachment takes it.
+ */
+export async function withAttachmentLock<T>(
+  stateDir: string,
+  a: Pick<Attachment, "cluster" | "containerId" | "ifname">,
+  fn: () => Promise<T>,
+): Promise<T> {
+  const lock = await lockAttachment(stateDir, a);
+  try {
+    return await fn();
+  } finally {
+    lock.close();
+  }
+}

@@ -25,8 +25,7 @@
  *    no host are left alone.
  */
 import { KEYS, nodeSelector } from "./claims.ts";
-import type { NodeConfig } from "./config.ts";
-import { CniError, errorText, redactedJson, toCniError } from "./errors.ts";
+import { errorText, redactedJson, toCniError, UsageError } from "./errors.ts";
 import { sawLive, withoutEvidence } from "./evidence.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
@@ -35,7 +34,6 @@ import { Journal } from "./journal.ts";
 import { doubtOf } from "./lease.ts";
 import { hostId, identityDrift } from "./host.ts";
 import {
-  type Brake,
   brakeOf,
   isLive,
   LiveReader,
@@ -44,17 +42,16 @@ import {
   type State,
   stateFileOf,
 } from "./liveness.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient, Release } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import type { Duplicate } from "./restore.ts";
 import { finishJournal } from "./reconcile_journal.ts";
 import { exitOf, type ReconcileOptions, type ReconcileReport } from "./reconcile_report.ts";
 export { exitOf };
 export type { ReconcileOptions, ReconcileReport } from "./reconcile_report.ts";
 import { notOwn, type Recorded, recorded, stableBoot } from "./reconcile_records.ts";
-import { type Verified, verifyLive, type VerifyRun } from "./reconcile_verify.ts";
+import { verifyLive, type VerifyRun } from "./reconcile_verify.ts";
 
 /** One reconcile pass; the state file carries the previous observation. */
 export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
@@ -292,60 +289,62 @@ async function releaseOrphans(
       containerId: h.containerId,
       ifname: h.ifname,
     };
-    const lock = o.dryRun ? undefined : await lockAttachment(o.node.stateDir, key);
-    try {
-      const now = holdings.read(key);
-      if (now?.addId !== h.addId || now.state !== h.state) {
-        keep("a later ADD or DEL of its attachment is recorded");
-        continue;
-      }
-      if (isLive(await caches.read(), h.containerId)) {
-        keep("its container reappeared in a result cache on re-check");
-        continue;
-      }
-      const { r, why } = await releaseOwn(o, milo(), c, host, tally);
-      const doubt = doubtOf(now);
-      const clock = (o.now ?? Date.now)();
-      if (r === "absent" && doubt?.names.includes(name) && clock < doubt.since + o.graceMs) {
-        // Its create may land yet: the record keeps it, to be judged again.
-        const until = new Date(doubt.since + o.graceMs).toISOString();
-        report.kept.push({ claim: name, reason: `absent, its create in doubt until ${until}` });
-        continue;
-      }
-      if (!o.dryRun) {
-        holdings.forget(key, [name]);
-        delete next.absent[name];
-      }
-      if (r === "changed") {
-        // Not this machine's lease (any more): no longer counted as one it holds.
-        report.kept.push({
+    const judge = async () => {
+      try {
+        const now = holdings.read(key);
+        if (now?.addId !== h.addId || now.state !== h.state) {
+          keep("a later ADD or DEL of its attachment is recorded");
+          return;
+        }
+        if (isLive(await caches.read(), h.containerId)) {
+          keep("its container reappeared in a result cache on re-check");
+          return;
+        }
+        const { r, why } = await releaseOwn(o, milo(), c, host, tally);
+        const doubt = doubtOf(now);
+        const clock = (o.now ?? Date.now)();
+        if (r === "absent" && doubt?.names.includes(name) && clock < doubt.since + o.graceMs) {
+          // Its create may land yet: the record keeps it, to be judged again.
+          const until = new Date(doubt.since + o.graceMs).toISOString();
+          report.kept.push({ claim: name, reason: `absent, its create in doubt until ${until}` });
+          return;
+        }
+        if (!o.dryRun) {
+          holdings.forget(key, [name]);
+          delete next.absent[name];
+        }
+        if (r === "changed") {
+          // Not this machine's lease (any more): no longer counted as one it holds.
+          report.kept.push({
+            claim: name,
+            reason: `in Milo it is ${
+              why ?? "another claim now"
+            }: left alone, dropped from the record`,
+          });
+          return;
+        }
+        if (r === "absent") {
+          report.kept.push({
+            claim: name,
+            reason: "gone from Milo already: dropped from the record",
+          });
+          return;
+        }
+        report.released.push({
           claim: name,
-          reason: `in Milo it is ${
-            why ?? "another claim now"
-          }: left alone, dropped from the record`,
+          via,
+          network: h.network,
+          containerId: h.containerId,
+          ifname: h.ifname,
+          address: c.address,
         });
-        continue;
+      } catch (err) {
+        report.errors.push({ claim: name, error: toCniError(err).message });
       }
-      if (r === "absent") {
-        report.kept.push({
-          claim: name,
-          reason: "gone from Milo already: dropped from the record",
-        });
-        continue;
-      }
-      report.released.push({
-        claim: name,
-        via,
-        network: h.network,
-        containerId: h.containerId,
-        ifname: h.ifname,
-        address: c.address,
-      });
-    } catch (err) {
-      report.errors.push({ claim: name, error: toCniError(err).message });
-    } finally {
-      lock?.close();
-    }
+    };
+    // A dry run takes no lock: it releases nothing.
+    if (o.dryRun) await judge();
+    else await withAttachmentLock(o.node.stateDir, key, judge);
     for (const remake of tally.owed.splice(0)) {
       const a = { ...c.h, node: c.h.node ?? o.node.node, host };
       await journal.recordRemake(a, remake).catch((err) =>
@@ -397,7 +396,7 @@ export async function reconcileCli(args: string[]): Promise<number> {
   });
   const grace = values.grace === undefined ? undefined : Number(values.grace);
   if (grace !== undefined && (!Number.isFinite(grace) || grace < 0)) {
-    throw new CniError("config", usage, "--grace must be a number of seconds");
+    throw new UsageError(usage, "--grace must be a number of seconds");
   }
   const node = await readNodeConfig(withConfigFlag(values.config));
   // A node state in a newer format (a rollback past a format change) is refused before any run.

@@ -12,7 +12,7 @@ import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
 import { Journal, type JournalEntry, type RemakeEntry } from "./journal.ts";
 import type { JournalClaim } from "./lease.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import { restoreClaim } from "./restore.ts";
@@ -52,8 +52,7 @@ export async function finishJournal(
       report.journal.push({ ...summary(path, entry), lastError: "dry run: not attempted" });
       continue;
     }
-    const lock = await lockAttachment(o.node.stateDir, entry);
-    try {
+    await withAttachmentLock(o.node.stateDir, entry, async () => {
       await journal.whileLocked(path, async (entry) => {
         if (entry.host !== undefined && entry.host !== host) {
           for (const c of entry.claims) {
@@ -80,9 +79,7 @@ export async function finishJournal(
         }
         await finishEntry(o, milo, now, report, { journal, holdings, host, path, entry });
       });
-    } finally {
-      lock.close();
-    }
+    });
   }
   for (const { path, entry, error } of await journal.remakes()) {
     if (entry) await finishRemake(o, milo, report, { journal, host, path, entry });

@@ -25,7 +25,7 @@ import { describeHolder, notHeldHere } from "./holder.ts";
 import type { Holdings } from "./holdings.ts";
 import type { HeldClaim, Holding } from "./lease.ts";
 import { isLive, type LiveReader, type LiveSet } from "./liveness.ts";
-import { lockAttachment } from "./lockfile.ts";
+import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { type Duplicate, leased, restoreClaim } from "./restore.ts";
@@ -139,7 +139,8 @@ function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified)
 async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void> {
   const { c, h } = x;
   const key = { cluster: h.cluster, containerId: h.containerId, ifname: h.ifname };
-  if (!c.body) {
+  const body = c.body;
+  if (!body) {
     out.missing.push({
       claim: c.name,
       address: c.address,
@@ -148,30 +149,29 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
     });
     return;
   }
-  const lock = await lockAttachment(run.node.stateDir, key);
-  try {
-    const now = run.holdings.read(key);
-    if (now?.addId !== h.addId || now.state !== "held") return;
-    if (!isLive(await run.caches.read(), h.containerId)) return;
-    const claim = await run.milo().getClaim(c.name);
-    if (claim) return judgeFound(run, x, claim, out);
-    const r = await restoreClaim(run.milo(), c.body);
-    if (r.outcome === "duplicate") {
-      out.duplicates.push({ ...r.duplicate, holder: holderOfRecord(h, c) });
-      return;
+  await withAttachmentLock(run.node.stateDir, key, async () => {
+    try {
+      const now = run.holdings.read(key);
+      if (now?.addId !== h.addId || now.state !== "held") return;
+      if (!isLive(await run.caches.read(), h.containerId)) return;
+      const claim = await run.milo().getClaim(c.name);
+      if (claim) return judgeFound(run, x, claim, out);
+      const r = await restoreClaim(run.milo(), body);
+      if (r.outcome === "duplicate") {
+        out.duplicates.push({ ...r.duplicate, holder: holderOfRecord(h, c) });
+        return;
+      }
+      out.remade.push({ claim: c.name, outcome: r.outcome });
+      run.verified[c.name] = run.now();
+      const made = await run.milo().getClaim(c.name);
+      if (made?.metadata.uid) {
+        const a = { ...h, node: h.node ?? run.node.node };
+        run.holdings.adopt(a, { ...c, uid: made.metadata.uid }, run.now(), true);
+      }
+    } catch (err) {
+      out.missing.push({ claim: c.name, address: c.address, why: errorText(err) });
     }
-    out.remade.push({ claim: c.name, outcome: r.outcome });
-    run.verified[c.name] = run.now();
-    const made = await run.milo().getClaim(c.name);
-    if (made?.metadata.uid) {
-      const a = { ...h, node: h.node ?? run.node.node };
-      run.holdings.adopt(a, { ...c, uid: made.metadata.uid }, run.now(), true);
-    }
-  } catch (err) {
-    out.missing.push({ claim: c.name, address: c.address, why: errorText(err) });
-  } finally {
-    lock.close();
-  }
+  });
 }
 
 /** The holder a record names, in one line. */

@@ -6,7 +6,7 @@
 import type { NodeConfig } from "./config.ts";
 import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { CniError, redact, redactedJson, toCniError } from "./errors.ts";
+import { redact, redactedJson, toCniError, UsageError } from "./errors.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";
@@ -87,8 +87,7 @@ export function parseSweepArgs(args: string[]): SweepArgs {
     if (text === undefined) return fallback;
     const ms = parseDuration(text);
     if (ms === undefined || ms > max) {
-      throw new CniError(
-        "config",
+      throw new UsageError(
         USAGE,
         `--${flag} ${text}: a duration up to ${
           formatDuration(max)
@@ -99,9 +98,9 @@ export function parseSweepArgs(args: string[]): SweepArgs {
   };
   const max = values["max-release"];
   const maxRelease = max === undefined ? DEFAULTS.maxRelease : parseMaxRelease(max);
-  if (!maxRelease) throw new CniError("config", USAGE, `--max-release ${max}: N or P% (0-100)`);
+  if (!maxRelease) throw new UsageError(USAGE, `--max-release ${max}: N or P% (0-100)`);
   if (values.output !== "text" && values.output !== "json") {
-    throw new CniError("config", USAGE, `--output ${values.output}: text or json`);
+    throw new UsageError(USAGE, `--output ${values.output}: text or json`);
   }
   return {
     config: values.config,
