@@ -6,7 +6,14 @@
 import { add } from "./add.ts";
 import { check } from "./check.ts";
 import { attachmentOf, canName } from "./claims.ts";
-import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from "./cni.ts";
+import {
+  type CniEnv,
+  encodeError,
+  LATEST_VERSION,
+  parseVerb,
+  readCniEnv,
+  type Verb,
+} from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { type NetConf, netConfOf, stdinJson } from "./netconf.ts";
 import { del, journalUnreached } from "./del.ts";
@@ -86,90 +93,140 @@ export function rollbackReserveMs(totalMs: number): number {
   return Math.min(2_000, Math.max(100, Math.round(totalMs / 5)));
 }
 
-/** Runs one invocation; never throws. */
+/**
+ * What preparing a call reached, stage by stage: the log record, the result
+ * version, and what was read before it failed (a DEL that failed before it
+ * could ask Milo is journaled from it: lib/del.ts `journalUnreached`).
+ */
+interface Call {
+  readonly record: Record<string, unknown>;
+  cniVersion: string;
+  verb?: Verb;
+  cni?: CniEnv;
+  node?: NodeConfig;
+  /** Set once the node state is known to be in a format this release writes. */
+  stateOk: boolean;
+  conf?: NetConf;
+  milo?: MiloClient;
+}
+
+/** Runs one invocation: prepare it, then dispatch it to its verb's handler; never throws. */
 export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Reply> {
   const now = deps.now ?? Date.now;
-  let cniVersion: string = LATEST_VERSION;
-  const record: Record<string, unknown> = { verb: req.env("CNI_COMMAND") ?? null };
-  let node: NodeConfig | undefined;
-  let milo: MiloClient | undefined;
-  let cni: ReturnType<typeof readCniEnv> | undefined;
-  let conf: NetConf | undefined;
-  /** Set once the node state is known to be in a format this release writes. */
-  let stateOk = false;
-  let handled = false;
-  const finish = (r: Omit<Reply, "record" | "node">, extra: Record<string, unknown>): Reply => ({
+  const call: Call = {
+    record: { verb: req.env("CNI_COMMAND") ?? null },
+    cniVersion: LATEST_VERSION,
+    stateOk: false,
+  };
+  const reply = (r: Omit<Reply, "record" | "node">, extra: Record<string, unknown>): Reply => ({
     ...r,
-    node,
+    node: call.node,
     record: {
-      ...record,
-      requests: milo?.requests,
+      ...call.record,
+      requests: call.milo?.requests,
       ...extra,
       durationMs: Math.round((now() - req.started) * 10) / 10,
     },
   });
+  let inv: Invocation | "version";
   try {
-    const verb = parseVerb(req.env("CNI_COMMAND"));
-    const stdin = decodeStdin(req.stdin);
-    if (verb === "VERSION") return finish({ exitCode: 0, stdout: version(stdin) }, {});
-    cni = readCniEnv(req.env);
-    record.containerId = cni.containerId || undefined;
-    record.ifname = cni.ifname || undefined;
-    const pod = cni.args.K8S_POD_NAME;
-    if (pod) record.pod = `${cni.args.K8S_POD_NAMESPACE ?? ""}/${pod}`;
-    node = await deps.nodeConfig();
-    deps.onBound?.(req.started + node.timeouts.totalMs);
-    record.node = node.node;
-    requireStateFormat(node.stateDir);
-    stateOk = true;
-    const raw = stdinJson(stdin);
-    cniVersion = versionOf(raw);
-    conf = netConfOf(raw, node, verb);
-    record.network = conf.name;
-    const t = conf.network.timeouts;
-    const final = req.started + t.totalMs;
-    deps.onDeadline?.(final, cniVersion);
-    milo = await deps.openMilo(node, t.requestMs, final - rollbackReserveMs(t.totalMs), {
-      route: { tenant: cni.args.K8S_POD_NAMESPACE ?? "", network: conf.name },
-      purpose: RELEASING.includes(verb) ? "release" : "lease",
-    });
-    const inv: Invocation = {
-      env: cni,
-      conf,
-      node,
-      attachment: attachmentOf(node, conf, cni),
-      milo,
-      rollback: milo.withDeadline(final).unabortable().releasing(),
-      journal: new Journal(node.stateDir),
-      holdings: new Holdings(node.stateDir, node),
-      deadline: final,
-      callId: req.callId ?? crypto.randomUUID(),
-      undoOf: req.undoOf,
-      now,
-    };
-    if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
-    handled = true;
-    const r = await HANDLERS[verb](inv);
-    const skipped = r.skipped ? { skipped: r.skipped } : {};
-    const duplicates = r.duplicates?.length ? { duplicates: r.duplicates } : {};
-    return finish({ exitCode: 0, stdout: r.output }, {
+    inv = await prepare(req, deps, call, now);
+  } catch (err) {
+    return reply(...await failure(call, err, now, req.undoOf === undefined));
+  }
+  if (inv === "version") return reply({ exitCode: 0, stdout: version(decodeStdin(req.stdin)) }, {});
+  try {
+    const r = await HANDLERS[call.verb as Exclude<Verb, "VERSION">](inv);
+    return reply({ exitCode: 0, stdout: r.output }, {
       claims: r.claims,
       outcome: "ok",
-      ...skipped,
-      ...duplicates,
+      ...(r.skipped ? { skipped: r.skipped } : {}),
+      ...(r.duplicates?.length ? { duplicates: r.duplicates } : {}),
     });
   } catch (err) {
-    let e = toCniError(err);
-    if (!handled && record.verb === "DEL" && req.undoOf === undefined && node && cni && stateOk) {
-      // A release that never reached Milo is owed all the same (see lib/del.ts).
-      const note = await journalUnreached(node, cni, conf, e.message, now());
-      if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
-    }
-    return finish({ exitCode: 1, stdout: encodeError(cniVersion, e) }, {
-      outcome: "error",
-      code: e.code,
-      msg: e.message,
-      details: e.details,
-    });
+    return reply(...await failure(call, err, now, false));
   }
+}
+
+/**
+ * Reads everything a handler gets, in order (the verb, the CNI environment,
+ * the node config, the network config, a Milo client), recording each in
+ * `call` as it is read; answers the handler's Invocation, or `version`.
+ */
+async function prepare(
+  req: InvokeRequest,
+  deps: InvokeDeps,
+  call: Call,
+  now: () => number,
+): Promise<Invocation | "version"> {
+  const { record } = call;
+  const verb = call.verb = parseVerb(req.env("CNI_COMMAND"));
+  const stdin = decodeStdin(req.stdin);
+  if (verb === "VERSION") return "version";
+  const cni = call.cni = readCniEnv(req.env);
+  record.containerId = cni.containerId || undefined;
+  record.ifname = cni.ifname || undefined;
+  const pod = cni.args.K8S_POD_NAME;
+  if (pod) record.pod = `${cni.args.K8S_POD_NAMESPACE ?? ""}/${pod}`;
+  const node = call.node = await deps.nodeConfig();
+  deps.onBound?.(req.started + node.timeouts.totalMs);
+  record.node = node.node;
+  requireStateFormat(node.stateDir);
+  call.stateOk = true;
+  const raw = stdinJson(stdin);
+  call.cniVersion = versionOf(raw);
+  const conf = call.conf = netConfOf(raw, node, verb);
+  record.network = conf.name;
+  const t = conf.network.timeouts;
+  const final = req.started + t.totalMs;
+  deps.onDeadline?.(final, call.cniVersion);
+  const milo = call.milo = await deps.openMilo(
+    node,
+    t.requestMs,
+    final - rollbackReserveMs(t.totalMs),
+    {
+      route: { tenant: cni.args.K8S_POD_NAMESPACE ?? "", network: conf.name },
+      purpose: RELEASING.includes(verb) ? "release" : "lease",
+    },
+  );
+  const inv: Invocation = {
+    env: cni,
+    conf,
+    node,
+    attachment: attachmentOf(node, conf, cni),
+    milo,
+    rollback: milo.withDeadline(final).unabortable().releasing(),
+    journal: new Journal(node.stateDir),
+    holdings: new Holdings(node.stateDir, node),
+    deadline: final,
+    callId: req.callId ?? crypto.randomUUID(),
+    undoOf: req.undoOf,
+    now,
+  };
+  if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
+  return inv;
+}
+
+/**
+ * The reply of a failed call. A DEL that failed before its handler could
+ * ask Milo (`unreached`: in preparing it, not the agent's undo) owes its
+ * release all the same: journaled from what was read.
+ */
+async function failure(
+  call: Call,
+  err: unknown,
+  now: () => number,
+  unreached: boolean,
+): Promise<[Omit<Reply, "record" | "node">, Record<string, unknown>]> {
+  let e = toCniError(err);
+  if (unreached && call.verb === "DEL" && call.node && call.cni && call.stateOk) {
+    const note = await journalUnreached(call.node, call.cni, call.conf, e.message, now());
+    if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
+  }
+  return [{ exitCode: 1, stdout: encodeError(call.cniVersion, e) }, {
+    outcome: "error",
+    code: e.code,
+    msg: e.message,
+    details: e.details,
+  }];
 }
