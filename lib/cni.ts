@@ -1,13 +1,6 @@
 import { clip, CniError } from "./errors.ts";
 import { type Cidr, FAMILIES, type Family, formatCidr } from "./ip.ts";
-
-/** Longest value milo-ipam copies into a claim's annotations (a Kubernetes name's limit). */
-export const MAX_VALUE_CHARS = 253;
-
-/** True for a non-null, non-array object. */
-export function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
+import { MAX_VALUE_CHARS } from "./values.ts";
 
 /** CNI spec versions this plugin speaks, oldest first. */
 export const SUPPORTED_VERSIONS = ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] as const;

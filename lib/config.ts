@@ -10,7 +10,8 @@
  * read against the node config by lib/network_config.ts.
  */
 import * as z from "zod/mini";
-import { isPlainObject, MAX_VALUE_CHARS } from "./cni.ts";
+import { isPlainObject, MAX_VALUE_CHARS } from "./values.ts";
+import { DEFAULT_TIMEOUTS, TIMEOUT_RANGE } from "./node_defaults.ts";
 import { issuesOf, type KeyTree, keyTree, refuseUnknownKeys } from "./config_fields.ts";
 import { clip, CniError } from "./errors.ts";
 import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
@@ -129,7 +130,10 @@ const label = nonEmpty.check(z.regex(DNS1123_LABEL, "must be a DNS-1123 label"))
 /** A scope role's reference (Milo's `ScopeRef`; its uid is part of the address space). */
 const scopeRefShape = { apiGroup: bounded, kind: bounded, name: bounded, uid: z.optional(bounded) };
 
-const timeoutsShape = { requestMs: int(50, 60_000), totalMs: int(100, 300_000) };
+const timeoutsShape = {
+  requestMs: int(TIMEOUT_RANGE.requestMs.min, TIMEOUT_RANGE.requestMs.max),
+  totalMs: int(TIMEOUT_RANGE.totalMs.min, TIMEOUT_RANGE.totalMs.max),
+};
 
 /** Node-only settings: credentials, endpoints, identity, paths. */
 const nodeShape = {
@@ -237,8 +241,8 @@ const nodeShape = {
   ),
   timeouts: withDefault(
     z.object({
-      requestMs: withDefault(timeoutsShape.requestMs, 2_000),
-      totalMs: withDefault(timeoutsShape.totalMs, 10_000),
+      requestMs: withDefault(timeoutsShape.requestMs, DEFAULT_TIMEOUTS.requestMs),
+      totalMs: withDefault(timeoutsShape.totalMs, DEFAULT_TIMEOUTS.totalMs),
       minRequestMs: z.optional(timeoutsShape.requestMs),
       minTotalMs: z.optional(timeoutsShape.totalMs),
     }).check(
@@ -248,7 +252,7 @@ const nodeShape = {
         "minRequestMs and minTotalMs must not exceed requestMs and totalMs",
       ),
     ),
-    { requestMs: 2_000, totalMs: 10_000 },
+    { ...DEFAULT_TIMEOUTS },
   ),
 };
 

@@ -4,7 +4,7 @@
  * schema's issues as field messages.
  */
 import type * as z from "zod/mini";
-import { isPlainObject } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import { clip, CniError } from "./errors.ts";
 
 /** The schema's issues of `error` as field messages, each path under `prefix`. */

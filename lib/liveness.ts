@@ -17,7 +17,7 @@
  * libcni writes first), one entry at a time, so memory does not grow with it.
  */
 import type { Duplicate } from "./restore.ts";
-import { isPlainObject } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
 

@@ -8,7 +8,7 @@ import * as z from "zod/mini";
 import { PREFIX } from "./keys.ts";
 import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
-import { isPlainObject } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import { type ListBound, ListTally } from "./list_bound.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */

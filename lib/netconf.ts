@@ -5,7 +5,8 @@
  * gateways, lib/galactic.ts), `prevResult` for CHECK and the attachment list
  * for GC.
  */
-import { isPlainObject, MAX_VALUE_CHARS, requireVersion, type Verb } from "./cni.ts";
+import { requireVersion, type Verb } from "./cni.ts";
+import { isPlainObject, MAX_VALUE_CHARS } from "./values.ts";
 import type { NetworkConfig, NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
 import { requireGateways } from "./galactic.ts";

@@ -6,7 +6,7 @@
  * The scope and classes an ADD may claim with are the node's grant
  * (lib/scope_grant.ts).
  */
-import { isPlainObject } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import {
   NETWORK_KEYS,
   type NetworkConfig,

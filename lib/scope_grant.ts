@@ -9,7 +9,7 @@
  * or split its own network in two (with and without the uid), and Milo would
  * give one address to two pods.
  */
-import { isPlainObject } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import { clip, CniError } from "./errors.ts";
 import type { Family } from "./ip.ts";
 

@@ -14,20 +14,14 @@ import {
   writeRequest,
 } from "./frames.ts";
 import { untrustedSocket } from "./owned.ts";
-import { DEFAULT_AGENT_SOCKET, nodeConfigPath } from "./paths.ts";
+import { DEFAULT_TIMEOUTS, TIMEOUT_RANGE } from "./node_defaults.ts";
+import { readNodeFile } from "./node_file.ts";
+import { DEFAULT_AGENT_SOCKET } from "./paths.ts";
 import { ENV_VARS } from "./permissions.ts";
 import { WATCHDOG_GRACE_MS, within } from "./timers.ts";
 
 /** How long telling the agent that this process takes the call over may take. */
 const TAKE_OVER_MS = 100;
-/**
- * How long sending the request and the agent's first frame may take together
- * (from connecting) when the node config does not say.
- */
-const DEFAULT_REQUEST_MS = 2_000;
-
-/** The node's `timeouts.totalMs` when its config sets none, and the most it may set (lib/config.ts). */
-const TOTAL_MS = { default: 10_000, max: 300_000 };
 
 /** What asking the agent came to. */
 export type AgentOutcome =
@@ -50,30 +44,27 @@ interface Hints {
 }
 
 function hints(env: (name: string) => string | undefined): Hints | undefined {
-  const { path, legacy } = nodeConfigPath(env);
-  let text: string | undefined;
-  // Synchronous reads: a local file of a few hundred bytes, read before anything else can run.
-  for (const p of legacy ? [path, legacy] : [path]) {
-    try {
-      text = Deno.readTextFileSync(p);
-      break;
-    } catch {
-      // Try the next one.
-    }
+  let text: string;
+  try {
+    text = readNodeFile(env).text;
+  } catch {
+    // No readable node config: the plugin's own read says why.
+    return undefined;
   }
-  if (text === undefined) return undefined;
   try {
     const v = JSON.parse(text);
     const agent = typeof v?.agent === "object" && v.agent ? v.agent : undefined;
     const { requestMs, totalMs } = v?.timeouts ?? {};
     return {
       socket: typeof agent?.socket === "string" ? agent.socket : DEFAULT_AGENT_SOCKET,
-      requestMs: Number.isInteger(requestMs) && requestMs > 0 ? requestMs : DEFAULT_REQUEST_MS,
+      requestMs: Number.isInteger(requestMs) && requestMs > 0
+        ? requestMs
+        : DEFAULT_TIMEOUTS.requestMs,
       expected: agent !== undefined,
       https: typeof v?.milo?.url === "string" && v.milo.url.startsWith("https:"),
       totalMs: totalMs === undefined
-        ? TOTAL_MS.default
-        : Number.isInteger(totalMs) && totalMs > 0 && totalMs <= TOTAL_MS.max
+        ? DEFAULT_TIMEOUTS.totalMs
+        : Number.isInteger(totalMs) && totalMs > 0 && totalMs <= TIMEOUT_RANGE.totalMs.max
         ? totalMs
         : undefined,
     };

@@ -1,5 +1,6 @@
 import { writeAtomicSync } from "./atomic_write.ts";
-import { isPlainObject, SUPPORTED_VERSIONS, versionResult } from "./cni.ts";
+import { SUPPORTED_VERSIONS, versionResult } from "./cni.ts";
+import { isPlainObject } from "./values.ts";
 import { CniError, errorText } from "./errors.ts";
 import { parseBounded } from "./json_bound.ts";
 
