@@ -21,11 +21,11 @@ interface Subcommand {
 
 const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
   agent: async () => ({
-    cli: (await import("./lib/agent.ts")).agentCli,
+    cli: (await import("./lib/agent_cli.ts")).agentCli,
     usage: (await import("./lib/usage.ts")).AGENT_USAGE,
   }),
   reconcile: async () => ({
-    cli: (await import("./lib/reconcile.ts")).reconcileCli,
+    cli: (await import("./lib/reconcile_cli.ts")).reconcileCli,
     usage: (await import("./lib/usage.ts")).RECONCILE_USAGE,
   }),
   sweep: async () => {
@@ -47,7 +47,7 @@ const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
     usage: (await import("./lib/usage.ts")).SHOW_USAGE,
   }),
   version: async () => ({
-    cli: (await import("./lib/version.ts")).versionCli,
+    cli: (await import("./lib/version_cli.ts")).versionCli,
     usage: (await import("./lib/usage.ts")).VERSION_USAGE,
   }),
 };

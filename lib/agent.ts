@@ -8,8 +8,7 @@
  */
 import { AgentSocket, type SocketCall } from "./agent_socket.ts";
 import { type NodeConfig, requireScrapeToken } from "./config.ts";
-import { parseFlags } from "./cli.ts";
-import { readNodeConfig, withConfigFlag } from "./config_file.ts";
+import { readNodeConfig } from "./config_file.ts";
 import { errorText, toCniError } from "./errors.ts";
 import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
@@ -26,7 +25,8 @@ import { Readiness, socketLiveness } from "./readiness.ts";
 import { reconcile } from "./reconcile.ts";
 import { FALLBACK_COUNTER } from "./run.ts";
 import { within } from "./timers.ts";
-import { RELEASE, requireStateFormat } from "./version.ts";
+import { RELEASE } from "./version.ts";
+import { requireStateFormat } from "./state_format.ts";
 
 /** How long an HTTP client replaced by new TLS material stays open for calls still using it. */
 const RETIRE_CLIENT_MS = 300_000;
@@ -366,21 +366,4 @@ export class Agent {
       return `Milo is not usable with the node's token: ${toCniError(err).message}`;
     }
   }
-}
-
-/** CLI entry: `milo-ipam agent [--config FILE]`; runs until SIGTERM or SIGINT. */
-export async function agentCli(args: string[]): Promise<number> {
-  const values = parseFlags(args, "usage: milo-ipam agent [--config FILE]", {
-    config: { type: "string" },
-  });
-  const env = withConfigFlag(values.config);
-  const agent = new Agent(await readNodeConfig(env), env, { stdout: true });
-  await agent.start();
-  console.error(`milo-ipam agent listening on ${agent.socket}`);
-  const { promise, resolve } = Promise.withResolvers<string>();
-  for (const sig of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(sig, () => resolve(sig));
-  const sig = await promise;
-  console.error(`milo-ipam agent: ${sig}, finishing calls in flight`);
-  await agent.stop();
-  return 0;
 }

@@ -26,7 +26,8 @@ import type { Purpose, Route } from "./limiter.ts";
 import type { MiloClient } from "./milo.ts";
 import { status } from "./status.ts";
 import { decodeStdin } from "./stdin.ts";
-import { requireStateFormat, version, versionOf } from "./version.ts";
+import { version, versionOf } from "./version.ts";
+import { requireStateFormat } from "./state_format.ts";
 
 const HANDLERS: Record<Exclude<Verb, "VERSION">, Handler> = {
   ADD: add,

@@ -26,7 +26,7 @@ import type { Findings, ShowQuery, ShowReport, ShowRow } from "./show_report.ts"
 import { renderShow } from "./show_render.ts";
 import { grantsFor, holds, retainedRows } from "./show_retained.ts";
 import { SHOW_USAGE } from "./usage.ts";
-import { requireStateFormat } from "./version.ts";
+import { requireStateFormat } from "./state_format.ts";
 
 /** The shortest deadline of a show's LIST (one answer may hold the whole namespace). */
 const SHOW_MIN_MS = 60_000;

@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { RECONCILE_USAGE } from "../lib/usage.ts";
 import { USAGE as SWEEP_LINE } from "../lib/sweep_cli.ts";
-import { RELEASE, STATE_FORMAT } from "../lib/version.ts";
+import { RELEASE } from "../lib/version.ts";
+import { STATE_FORMAT } from "../lib/state_format.ts";
 
 const ROOT = new URL("../", import.meta.url).pathname;
 
