@@ -118,7 +118,7 @@ Deno.test("cli: the help of reconcile and sweep names exactly the flags they tak
   const wrong = await run("main.ts")(["reconcile", "--no-such-flag"]);
   const own = wrong.stderr.split("\n").find((l) => l.includes("Unknown option")) ?? "";
   assert.ok(own, wrong.stderr);
-  const reconcileSrc = await Deno.readTextFile(`${ROOT}lib/reconcile.ts`);
+  const reconcileSrc = await Deno.readTextFile(`${ROOT}lib/reconcile_cli.ts`);
   const line = reconcileSrc.match(/"usage: milo-ipam reconcile[^"]*"/)?.[0] ?? "";
   assert.deepEqual(flags(RECONCILE_USAGE), flags(line), "reconcile --help and its flags agree");
   const help = (await run("main.ts")(["sweep", "--help"])).stdout;
