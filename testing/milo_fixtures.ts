@@ -5,6 +5,7 @@
  * (testing/stub_milo.ts) and the scriptable one on a port (testing/fake_milo.ts).
  */
 
+import { webSha256Hex } from "./web_digest.ts";
 import { type QuotaRefusal, quotaRefused } from "../milo-dev/quota.ts";
 
 const FIXTURES = new URL("../tests/fixtures/milo/", import.meta.url);
@@ -84,9 +85,7 @@ const FIXTURE_CLAIM = "pod-3f9a1c2b7d4e5f60a1b2-v4";
 
 /** `alloc-` and 16 hex of SHA-256 of `ns/name`: the IPAllocation name Milo derives for a claim. */
 export async function allocationNameFor(ns: string, name: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(`${ns}/${name}`));
-  const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
-  return `alloc-${hex.slice(0, 16)}`;
+  return `alloc-${(await webSha256Hex(`${ns}/${name}`)).slice(0, 16)}`;
 }
 
 /**

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
 import { claimName, KEYS } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
+import { CniError } from "../lib/errors.ts";
 import { hardwareId, hostId, identityDrift } from "../lib/host.ts";
 import { reconcile } from "../lib/reconcile.ts";
 import { invocation, withTempDir } from "../testing/stub_invocation.ts";
@@ -98,4 +99,30 @@ Deno.test("identityDrift(): a machine-id made afresh at boot on the same machine
     await Deno.writeTextFile(`${dir}/product_uuid`, "4C4C4544-0042-3510-8052-B4C04F4A4E33");
     assert.equal(identityDrift(node, "cccc", "boot-3"), undefined);
   });
+});
+
+Deno.test("host identity: the machine-id, else one made once in the state dir; a malformed one is 7", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const id = (file: string, stateDir = `${dir}/state`) =>
+      hostId({ hostIdFile: `${dir}/${file}`, stateDir });
+    await Deno.writeTextFile(`${dir}/machine-id`, "3d1219c7c4c5404aaa1f6d2a48adfda4\n");
+    assert.equal(id("machine-id"), "3d1219c7c4c5404aaa1f6d2a48adfda4");
+    const made = id("absent");
+    assert.match(made, /^[0-9a-f]{32}$/);
+    assert.equal(await Deno.readTextFile(`${dir}/state/host-id`), made + "\n");
+    assert.equal(id("machine-id"), "3d1219c7c4c5404aaa1f6d2a48adfda4");
+    assert.equal(id("absent"), made, "made once, read after");
+    await Deno.writeTextFile(`${dir}/uninitialized`, "uninitialized\n");
+    assert.equal(id("uninitialized"), made, "systemd's first-boot placeholder is no identity");
+    await Deno.writeTextFile(`${dir}/bad`, "two words\n");
+    assert.throws(
+      () => id("bad"),
+      (e: unknown) =>
+        e instanceof CniError && e.code === 7 &&
+        /not a label value/.test(`${e.message} ${e.details}`),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
