@@ -9,7 +9,34 @@ import { clip, CniError } from "./errors.ts";
 
 /** The schema's issues of `error` as field messages, each path under `prefix`. */
 export function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
-  return error.issues.map((i) => `field ${prefix}${i.path.map(String).join(".")}: ${i.message}`);
+  return error.issues.map((i) =>
+    `field ${prefix}${i.path.map(String).join(".")}: ${wanted(i) ?? i.message}`
+  );
+}
+
+/** zod/mini's message of an issue its schema gave no words for. */
+const BARE = "Invalid input";
+
+/**
+ * What the schema wanted, for an issue zod/mini leaves as "Invalid input"
+ * (it carries no locale): the type, the values allowed, the bound.
+ */
+function wanted(i: z.core.$ZodIssue): string | undefined {
+  if (i.message !== BARE) return undefined;
+  switch (i.code) {
+    case "invalid_type":
+      return `must be ${/^[aeiou]/.test(i.expected) ? "an" : "a"} ${i.expected}`;
+    case "invalid_value":
+      return `must be one of ${i.values.map((v) => JSON.stringify(v)).join(", ")}`;
+    case "too_small":
+      return `must be at least ${i.minimum}${i.origin === "string" ? " characters" : ""}`;
+    case "too_big":
+      return `must be at most ${i.maximum}${i.origin === "string" ? " characters" : ""}`;
+    case "invalid_format":
+      return `must be a ${i.format}`;
+    default:
+      return undefined;
+  }
 }
 
 /** The keys a schema's objects know, by nesting: null for a value with no keys of its own. */

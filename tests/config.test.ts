@@ -150,34 +150,93 @@ Deno.test("config: a network's timeouts have the node's floor: 1 s and 2 s, or t
   );
 });
 
-Deno.test("config: errors name the field", () => {
-  const n = node();
-  throwsCni(() => parseNetConf(conf({ classes: {} }), n, "ADD"), 7, /ipam\.classes/);
-  throwsCni(
-    () => parseNetConf(conf({ gateways: { ipv4: "fe80::1" } }), n, "ADD"),
+/** Config errors: what is wrong, the code, and the field the message names. */
+const CONFIG_ERRORS: [string, () => unknown, number, RegExp][] = [
+  ["no class", () => parseNetConf(conf({ classes: {} }), node(), "ADD"), 7, /ipam\.classes/],
+  [
+    "a gateway of the other family",
+    () => parseNetConf(conf({ gateways: { ipv4: "fe80::1" } }), node(), "ADD"),
     7,
     /gateways\.ipv4/,
-  );
-  throwsCni(() => parseNetConf(conf({}, { name: "" }), n, "ADD"), 7, /field name/);
-  throwsCni(() => parseNetConf(conf({}, { vpc: "v".repeat(300) }), n, "ADD"), 7, /field vpc/);
-  throwsCni(() => parseNetConf("[1]", n, "ADD"), 6, /JSON object/);
-  throwsCni(() => parseNetConf("{", n, "ADD"), 6, /not valid JSON/);
-  throwsCni(() => node({ cluster: 5 }), 7, /field cluster/);
-  throwsCni(() => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }), 7, /milo\.url/);
-  throwsCni(() => node({ milo: { ...NODE.milo, namespace: "../x" } }), 7, /DNS-1123/);
-  throwsCni(() => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }), 7, /requestMs/);
-  throwsCni(
+  ],
+  [
+    "an empty network name",
+    () => parseNetConf(conf({}, { name: "" }), node(), "ADD"),
+    7,
+    /field name/,
+  ],
+  [
+    "a vpc too long",
+    () => parseNetConf(conf({}, { vpc: "v".repeat(300) }), node(), "ADD"),
+    7,
+    /field vpc/,
+  ],
+  ["stdin not an object", () => parseNetConf("[1]", node(), "ADD"), 6, /JSON object/],
+  ["stdin not JSON", () => parseNetConf("{", node(), "ADD"), 6, /not valid JSON/],
+  ["a cluster not a string", () => node({ cluster: 5 }), 7, /field cluster/],
+  [
+    "plain http beyond loopback",
+    () => node({ milo: { ...NODE.milo, url: "http://milo.example.com" } }),
+    7,
+    /milo\.url/,
+  ],
+  [
+    "a namespace not DNS-1123",
+    () => node({ milo: { ...NODE.milo, namespace: "../x" } }),
+    7,
+    /DNS-1123/,
+  ],
+  [
+    "a request timeout above the total",
+    () => node({ timeouts: { requestMs: 9000, totalMs: 1000 } }),
+    7,
+    /requestMs/,
+  ],
+  [
+    "an identity grant of nothing",
     () => node({ allowIdentities: [{}] }),
     7,
     /allowIdentities.*a namespace, a network or an identity/,
-  );
-  throwsCni(() => node({ allowIdentities: [{ namespace: "A_b" }] }), 7, /DNS-1123/);
-  throwsCni(
+  ],
+  [
+    "an identity grant's namespace not DNS-1123",
+    () => node({ allowIdentities: [{ namespace: "A_b" }] }),
+    7,
+    /DNS-1123/,
+  ],
+  [
+    "an identity grant's key misspelt",
     () => node({ allowIdentities: [{ namespce: "db", identity: "pod" }] }),
     7,
     /field allowIdentities\.0: unknown key namespce; known keys: namespace, network, identity/,
-  );
-  throwsCni(() => node({ allowIdentities: [{ network: "n", identity: "x" }] }), 7, /identity/);
+  ],
+  [
+    "an identity grant of an unknown identity",
+    () => node({ allowIdentities: [{ network: "n", identity: "x" }] }),
+    7,
+    /field allowIdentities\.0\.identity: must be one of "pod", "network"/,
+  ],
+  ["a type", () => node({ cluster: 5 }), 7, /field cluster: must be a string/],
+  ["an array", () => node({ allowIdentities: "x" }), 7, /field allowIdentities: must be an array/],
+  ["an object", () => node({ timeouts: 5 }), 7, /field timeouts: must be an object/],
+  [
+    "a level",
+    () => node({ log: { level: "loud" } }),
+    7,
+    /field log\.level: must be one of "debug", "info", "warn", "error", "off"/,
+  ],
+  [
+    "a network's reclaim policy",
+    () => parseNetConf(conf({ reclaimPolicy: "Keep" }), node(), "ADD"),
+    7,
+    /field ipam\.reclaimPolicy: must be one of "Delete", "Retain"/,
+  ],
+];
+
+Deno.test("config: errors name the field", async (t) => {
+  for (const [what, fn, code, pattern] of CONFIG_ERRORS) {
+    await t.step(what, () => throwsCni(fn, code, pattern));
+  }
 });
 
 Deno.test("config: the old node config path is read, with a warning, when the default is absent", async () => {
