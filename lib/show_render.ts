@@ -5,6 +5,7 @@
  * namespace's stable identities may have left retained.
  */
 import { redact } from "./errors.ts";
+import { printable, printableLines } from "./printable.ts";
 import type { ShowReport } from "./show_report.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
@@ -63,14 +64,16 @@ export function renderShow(r: ShowReport): string {
     : q.by === "node"
     ? `node ${q.node} in cluster ${r.cluster}`
     : "--retained";
-  if (r.error) return `milo-ipam show ${what}: ${r.error.message}\n  ${r.error.details}\n`;
+  if (r.error) {
+    return printableLines([`milo-ipam show ${what}: ${r.error.message}`, `  ${r.error.details}`]);
+  }
   if (q.by === "retained") {
     const lines = [
       `${count(r.retained?.length ?? 0, "retained allocation")} in namespace ${r.namespace} ` +
       "(one LIST of every IPAllocation of the namespace)",
       ...renderRetainedTable(r.retained ?? []),
     ];
-    return redact(lines.join("\n")) + "\n";
+    return redact(printableLines(lines));
   }
   const lines = [
     ...renderFindings(r),
@@ -113,7 +116,7 @@ export function renderShow(r: ShowReport): string {
     );
   }
   if (r.grants && q.by === "pod") lines.push(...podNote(r.grants, q.namespace));
-  return redact(lines.join("\n")) + "\n";
+  return redact(printableLines(lines));
 }
 
 /** `no claims`, `1 claim`, `2 claims`. */
@@ -177,12 +180,14 @@ function renderRetainedTable(rows: RetainedRow[]): string[] {
   if (!rows.length) return [];
   const table = [
     ["ADDRESS", "ALLOCATION", "RETAINED SINCE", "LEASE"],
-    ...rows.map((r) => [
-      r.address ?? "(none)",
-      r.allocation,
-      sinceText(r),
-      r.expiring ? leaseText(r) : "not elapsed",
-    ]),
+    ...rows.map((r) =>
+      [
+        r.address ?? "(none)",
+        r.allocation,
+        sinceText(r),
+        r.expiring ? leaseText(r) : "not elapsed",
+      ].map(printable)
+    ),
   ];
   const widths = [0, 1, 2].map((i) => Math.max(...table.map((t) => t[i].length)));
   const expiring = rows.filter((r) => r.expiring).length;

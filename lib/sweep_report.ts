@@ -3,6 +3,7 @@
  * in the README), the exit codes, and the text form for a human.
  */
 import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
+import { printable, printableLines } from "./printable.ts";
 
 /** Exit codes of `milo-ipam sweep`. */
 export const EXIT = { done: 0, error: 1, brake: 2, partial: 3 } as const;
@@ -172,16 +173,18 @@ export function renderText(r: SweepReport): string {
   ];
   if (r.rows.length) {
     const head = ["CLAIM", "ADDRESS", "POD", "NODE", "REASON", "AGE", "ACTION", "WHY"];
-    const cells = r.rows.map((w) => [
-      w.claim,
-      w.address ?? "-",
-      w.pod ?? "-",
-      w.node ?? "-",
-      w.reason,
-      w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
-      w.action,
-      w.why,
-    ]);
+    const cells = r.rows.map((w) =>
+      [
+        w.claim,
+        w.address ?? "-",
+        w.pod ?? "-",
+        w.node ?? "-",
+        w.reason,
+        w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
+        w.action,
+        w.why,
+      ].map(printable)
+    );
     const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
     for (const c of [head, ...cells]) {
       lines.push(c.map((v, i) => i === c.length - 1 ? v : v.padEnd(width[i])).join("  "));
@@ -197,5 +200,5 @@ export function renderText(r: SweepReport): string {
     `${r.message} (exit ${r.exitCode})`,
   );
   if (r.error?.details) lines.push(`  ${r.error.details}`);
-  return lines.join("\n") + "\n";
+  return printableLines(lines);
 }

@@ -6,7 +6,7 @@ import { KEYS } from "../lib/claims.ts";
 import { KubeClient } from "../lib/kube.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { sweep, type SweepOptions } from "../lib/sweep.ts";
-import type { SweepReport } from "../lib/sweep_report.ts";
+import { emptyReport, renderText, type SweepReport } from "../lib/sweep_report.ts";
 import { NODE_MONITOR_GRACE_MS, terminatingRule } from "../lib/sweep_rules.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
@@ -868,4 +868,28 @@ Deno.test("terminatingRule(): a node partitioned just before the first observati
     /a partition's first 55 s look Ready too: observations 30 s apart/,
   );
   assert.equal(terminatingRule(c, view(T0), view(T0 + 55_000), NODE_MONITOR_GRACE_MS), null);
+});
+
+Deno.test("renderText() writes a value's control, format and separator characters as escapes", () => {
+  const r = emptyReport(
+    { cluster: "cluster-a", apply: false, graceMs: 1, intervalMs: 1, maxRelease: { count: 1 } },
+    0,
+  );
+  r.rows.push({
+    claim: "pod-aaaa-v4",
+    uid: "u",
+    address: "10.40.0.9/32",
+    pod: "shop/web-0\r\x1b[2K\u2028fake",
+    podUid: "p",
+    node: "node-a1\u202e",
+    reason: "pod-gone",
+    ageMs: 0,
+    action: "kept",
+    why: "x\ny",
+  });
+  const lines = renderText(r).split("\n");
+  for (const l of lines) assert.doesNotMatch(l, /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u, l);
+  const row = lines.find((l) => l.startsWith("pod-aaaa-v4"))!;
+  assert.ok(row.includes("shop/web-0\\u000d\\u001b[2K\\u2028fake"), row);
+  assert.ok(row.includes("node-a1\\u202e") && row.endsWith("x\\u000ay"), row);
 });

@@ -324,6 +324,24 @@ Deno.test("env: each missing variable is named, code 4", () => {
   throwsCni(() => parseCniArgs("novalue"), 4, /CNI_ARGS/);
 });
 
+Deno.test("env and config: a control or format character in an interface or network name is refused at ADD, taken by DEL", () => {
+  const env = (vars: Record<string, string>) => (k: string) => vars[k];
+  const vars = { CNI_CONTAINERID: "c", CNI_IFNAME: "e\x1bth0", CNI_NETNS: "/x" };
+  throwsCni(() => readCniEnv(env({ ...vars, CNI_COMMAND: "ADD" })), 4, /CNI_IFNAME.*\\u001b/);
+  throwsCni(
+    () => readCniEnv(env({ ...vars, CNI_COMMAND: "ADD", CNI_IFNAME: "eth\u202e0" })),
+    4,
+    /control or format character/,
+  );
+  for (const verb of ["DEL", "CHECK"]) {
+    assert.equal(readCniEnv(env({ ...vars, CNI_COMMAND: verb })).ifname, "e\x1bth0");
+  }
+  const n = node();
+  const hostile = conf({}, { name: "net\r\n  holder   pod shop/web-0" });
+  throwsCni(() => parseNetConf(hostile, n, "ADD"), 7, /field name: has a control/);
+  assert.equal(parseNetConf(hostile, n, "DEL").name, "net\r\n  holder   pod shop/web-0");
+});
+
 Deno.test("versions: verbs newer than the request are refused with code 1", () => {
   requireVersion("0.4.0", "CHECK");
   throwsCni(() => requireVersion("0.3.1", "CHECK"), 1, /CHECK/);
