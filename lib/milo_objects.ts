@@ -10,6 +10,7 @@ import { sha256Hex } from "./sha256.ts";
 import { clip, CniError, type Outcome, outcomeOfHttpStatus, QUOTE_CHARS } from "./errors.ts";
 import { isPlainObject } from "./cni.ts";
 import { type ListBound, ListTally } from "./list_bound.ts";
+import { quotaRefusal } from "./milo_quota.ts";
 
 /** Path of Milo's IPAM API, appended to `milo.url`. */
 export const API_PATH = "/apis/ipam.miloapis.com/v1alpha1";
@@ -272,6 +273,8 @@ export function statusError(
   st: MiloStatus | undefined,
   text = "",
 ): CniError {
+  const quota = status === 403 ? quotaRefusal(st) : undefined;
+  if (quota) return quota;
   const outcome: Outcome = outcomeOfHttpStatus(status);
   // A refusal of the credentials is not quoted: a server may echo what it was sent.
   const quoted = status !== 401 && status !== 403;

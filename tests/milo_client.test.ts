@@ -397,6 +397,37 @@ Deno.test("507 names the exhausted pool and class (code 100)", async () => {
   assert.equal(seen.length, 1, "exhaustion is not retried");
 });
 
+Deno.test("Milo's quota admission: the quota reached is code 100 quoting Milo, its other refusals 11", async () => {
+  const forbidden = (message: string) => ({
+    kind: "Status",
+    apiVersion: "v1",
+    status: "Failure",
+    message: `ipclaims.ipam.miloapis.com "pod-a-v4" is forbidden: ${message}`,
+    reason: "Forbidden",
+    code: 403,
+  });
+  const reached = forbidden(
+    "You've reached your quota for this resource type (ipclaims-per-project: 100 of 100). " +
+      "Delete unused resources to free up capacity, or contact support to request a higher limit.",
+  );
+  const { client, seen } = scripted([{ status: 403, body: reached }]);
+  const err = await rejects(client.createClaim({}));
+  assert.equal(err.code, 100);
+  assert.match(err.message, /quota of claims for the project is reached/);
+  assert.match(err.details, /^You've reached your quota .*ipclaims-per-project: 100 of 100/);
+  assert.equal(seen.length, 1);
+  const slow = forbidden(
+    "Your request took too long to be checked against your quota. Please try again in a moment",
+  );
+  const timedOut = await rejects(scripted([{ status: 403, body: slow }]).client.createClaim({}));
+  assert.equal(timedOut.code, 11);
+  // Any other 403 is still the credentials' (101), unquoted.
+  const other = await rejects(
+    scripted([{ status: 403, body: fixture("status-403-forbidden.json") }]).client.createClaim({}),
+  );
+  assert.equal(other.code, 101);
+});
+
 for (
   const [file, code] of [["status-401-unauthorized.json", 101], [
     "status-403-forbidden.json",
