@@ -2,7 +2,7 @@ import { answerDiffers, type Attachment, claimBody, leaseOf } from "./claims.ts"
 import { describeHolder, holderOf, madeBy, mismatches, recordsAnother } from "./holder.ts";
 import { encodeResult, type Lease } from "./cni.ts";
 import { requireIdentityGrant } from "./identity_grant.ts";
-import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
+import { clip, CniError, combineErrors, errorText, toCniError, withNote } from "./errors.ts";
 import { type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { afterFailedAdd, type Holding } from "./lease.ts";
@@ -126,7 +126,7 @@ async function leaseAll(
     const made = held.filter((h) => h.fresh);
     if (!made.length) throw e;
     const notes = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
-    throw new CniError(e.outcome, e.message, [e.details, ...notes].filter(Boolean).join("; "));
+    throw withNote(e, notes.join("; "));
   }
   return held;
 }
@@ -165,7 +165,7 @@ async function leaseFamily(
     const e = toCniError(err);
     if (!fresh) throw e;
     const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
-    throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
+    throw withNote(e, note);
   }
 }
 
@@ -386,7 +386,7 @@ async function mustBePosted(
     message,
     entry,
   );
-  throw new CniError("protocol", message, `${differs.join("; ")}; ${note}`);
+  throw withNote(new CniError("protocol", message, differs.join("; ")), note);
 }
 
 /**

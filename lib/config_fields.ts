@@ -97,11 +97,19 @@ export const MAX_RECORD_KEYS = 16;
  * `gateways`) would otherwise be dropped, and its setting silently absent. A
  * key over {@link MAX_KEY_CHARS} is refused first, known or not, named by its
  * head and length: a key is looked at only once its length is known sane;
- * so is a record of more than {@link MAX_RECORD_KEYS} entries.
+ * so is a record of more than {@link MAX_RECORD_KEYS} entries. `listed`:
+ * the keys an author may set here, named and suggested (default every key of
+ * `tree`; the ipam block's tree also holds the node's keys, refused by value).
  */
-export function refuseUnknownKeys(value: unknown, tree: KeyTree, at: string, where: string): void {
+export function refuseUnknownKeys(
+  value: unknown,
+  tree: KeyTree,
+  at: string,
+  where: string,
+  listed?: readonly string[],
+): void {
   if (!tree || !isPlainObject(value)) return;
-  const known = Object.keys(tree).filter((k) => k !== "*");
+  const known = listed ?? Object.keys(tree).filter((k) => k !== "*");
   const of = `known keys${at ? ` of ${at.slice(0, -1)}` : ""}: ${known.join(", ")}`;
   const keys = Object.keys(value);
   if (tree["*"] !== undefined && keys.length > MAX_RECORD_KEYS) {

@@ -2,7 +2,7 @@ import { type Attachment, attachmentOf, canName, claimName } from "./claims.ts";
 import { madeBy, notHeldHere, sameNode } from "./holder.ts";
 import type { CniEnv } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
-import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
+import { attemptAll, CniError, combineErrors, errorText, withNote } from "./errors.ts";
 import { hostId } from "./host.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
@@ -151,7 +151,7 @@ async function release(inv: Invocation) {
   } catch (err) {
     note = `could not be journaled: ${errorText(err)}`;
   }
-  throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
+  throw withNote(e, note);
 }
 
 /**

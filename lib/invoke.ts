@@ -10,7 +10,7 @@ import { encodeError, LATEST_VERSION, parseVerb, readCniEnv, type Verb } from ".
 import type { NodeConfig } from "./config.ts";
 import { type NetConf, netConfOf, stdinJson } from "./netconf.ts";
 import { del, journalUnreached } from "./del.ts";
-import { CniError, toCniError } from "./errors.ts";
+import { toCniError, withNote } from "./errors.ts";
 import { gc } from "./gc.ts";
 import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
@@ -163,7 +163,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     if (!handled && record.verb === "DEL" && req.undoOf === undefined && node && cni && stateOk) {
       // A release that never reached Milo is owed all the same (see lib/del.ts).
       const note = await journalUnreached(node, cni, conf, e.message, now());
-      if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
+      if (note) e = withNote(e, note);
     }
     return finish({ exitCode: 1, stdout: encodeError(cniVersion, e) }, {
       outcome: "error",

@@ -408,7 +408,8 @@ export class MiloClient {
     throw new CniError(
       "transient",
       `Milo unreachable or overloaded: ${what}`,
-      `${last}; gave up within the deadline after ${attempts} attempt(s)`,
+      `${last}; gave up on ${new URL(opt.baseUrl).host} within the deadline after ${attempts} ` +
+        "attempt(s)",
     );
   }
 

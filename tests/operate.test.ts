@@ -425,20 +425,28 @@ Deno.test("config: unknown keys are refused with code 7, naming the key and the 
     "/etc/milo-ipam/node.json",
   );
   const ipam = { type: "milo-ipam", classes: { ipv4: "vpc-pods-ipv4" } };
-  const refused = (over: Record<string, unknown>) => {
+  const refusal = (over: Record<string, unknown>) => {
     try {
       parseNetwork({ ...ipam, ...over }, node);
     } catch (err) {
       assert.ok(err instanceof CniError);
       assert.equal(err.code, 7);
-      return err.message;
+      return err;
     }
     assert.fail(`accepted ${JSON.stringify(over)}`);
   };
+  const refused = (over: Record<string, unknown>) => refusal(over).message;
   assert.equal(
     refused({ gateway: { ipv4: "169.254.1.1" } }),
     "field ipam.gateway: unknown key; the nearest known key is gateways",
   );
+  // The keys a network config may set, not the node's (refused by value when set).
+  assert.equal(
+    refusal({ gateway: {} }).details,
+    "known keys of ipam: type, classes, scope, gateways, prefixLengths, timeouts, " +
+      "reclaimPolicy, identity",
+  );
+  assert.match(refused({ clustr: "c" }), /nearest known key is classes$/);
   assert.match(refused({ classes: { ipv4: "a", ipv66: "b" } }), /ipam\.classes\.ipv66.*ipv6$/);
   assert.match(refused({ prefixLength: { ipv6: 96 } }), /ipam\.prefixLength: .*prefixLengths$/);
   assert.match(
