@@ -76,6 +76,7 @@ export const add: Handler = async (inv) => {
       return {
         output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
         claims: claimNamesOf(inv),
+        addresses: claims.map((c) => c.address),
       };
     } finally {
       entry?.close();

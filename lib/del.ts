@@ -103,6 +103,10 @@ async function release(inv: Invocation) {
   const claims = namesOf(inv, record);
   const left = new Map<string, string>();
   const seen = new Map<string, string>();
+  /** Each claim's address, as Milo's claim or the node's record names it. */
+  const addresses = new Map(
+    (record?.claims ?? []).flatMap((c) => c.address ? [[c.name, c.address] as const] : []),
+  );
   const events = new ReleaseTally();
   const r = await attemptAll(
     claims,
@@ -112,6 +116,8 @@ async function release(inv: Invocation) {
         const not = notHeldHere(c, a);
         if (not) why.push(not);
         else if (c.metadata.uid) seen.set(name, c.metadata.uid);
+        const address = c.status.allocatedCIDR ?? c.status.address;
+        if (!not && address) addresses.set(name, address);
         return !not;
       };
       const done = await inv.milo.releaseIf(name, mine, events.of((w) => why.push(w)));
@@ -139,7 +145,13 @@ async function release(inv: Invocation) {
       );
     });
     inv.holdings.remove(a);
-    return { claims: claims.filter((c) => !left.has(c)), ...skipped, ...events.result() };
+    const released = claims.filter((c) => !left.has(c));
+    return {
+      claims: released,
+      addresses: released.flatMap((c) => addresses.get(c) ?? []),
+      ...skipped,
+      ...events.result(),
+    };
   }
   const e = combineErrors(r.failures);
   let note: string;

@@ -86,6 +86,19 @@ export function rollbackReserveMs(totalMs: number): number {
   return Math.min(2_000, Math.max(100, Math.round(totalMs / 5)));
 }
 
+/**
+ * The addresses the node's record names for the attachment (logged with a
+ * DEL or CHECK, failed or not); undefined when it has none or cannot read it.
+ */
+function recordedAddresses(inv: Invocation): string[] | undefined {
+  try {
+    const a = inv.holdings.read(inv.attachment)?.claims.flatMap((c) => c.address ?? []);
+    return a?.length ? a : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Runs one invocation; never throws. */
 export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Reply> {
   const now = deps.now ?? Date.now;
@@ -148,12 +161,14 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
       now,
     };
     if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
+    if (verb === "DEL" || verb === "CHECK") record.addresses = recordedAddresses(inv);
     handled = true;
     const r = await HANDLERS[verb](inv);
     const skipped = r.skipped ? { skipped: r.skipped } : {};
     const duplicates = r.duplicates?.length ? { duplicates: r.duplicates } : {};
     return finish({ exitCode: 0, stdout: r.output }, {
       claims: r.claims,
+      ...(r.addresses ? { addresses: r.addresses } : {}),
       outcome: "ok",
       ...skipped,
       ...duplicates,

@@ -19,6 +19,7 @@ import {
   ALLOCATION_LIST,
   CLAIM_LIST,
   collectList,
+  POOL_LIST,
   scanList,
   type StreamGet,
   type StreamRead,
@@ -28,6 +29,7 @@ import {
   type IPAllocation,
   type IPClaim,
   IPClaimSchema,
+  type IPPool,
   MAX_BODY_BYTES,
   type MiloStatus,
   namespaceRefused,
@@ -280,6 +282,14 @@ export class MiloClient {
   async listAllocationsAt(): Promise<{ items: IPAllocation[]; serverTime: number }> {
     const path = `${API_PATH}/namespaces/${this.#o.namespace}/ipallocations`;
     return await collectList(this.#get, ALLOCATION_LIST, path, "");
+  }
+
+  /**
+   * LISTs the IPPools Milo shows this token (cluster-scoped: every pool the
+   * project may see, with its capacity), bounded as {@link listClaimsAt} is.
+   */
+  async listPoolsAt(): Promise<{ items: IPPool[]; serverTime: number }> {
+    return await collectList(this.#get, POOL_LIST, `${API_PATH}/ippools`, "");
   }
 
   /**

@@ -4,6 +4,8 @@
  * of each, and the retained allocations.
  */
 import type { State } from "./liveness.ts";
+import type { NodeView } from "./show_local.ts";
+import type { PoolRow } from "./show_pools.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** A node's findings, as its reconcile state keeps them. */
@@ -14,7 +16,8 @@ export type ShowQuery =
   | { by: "address"; address: string }
   | { by: "pod"; namespace: string; name: string }
   | { by: "node"; node: string }
-  | { by: "retained" };
+  | { by: "retained" }
+  | { by: "pools" };
 
 /** What the holder's node knows of a claim (only on that node). */
 export interface LocalView {
@@ -78,6 +81,13 @@ export interface ShowReport {
    * live attachments without their claim. Absent off the node or when none.
    */
   findings?: Findings;
+  /** `--pools`: each IPPool Milo shows the token, with the utilisation it reports. */
+  pools?: PoolRow[];
+  /**
+   * When Milo could not be asked: what this node itself holds for the query
+   * (its records, journal and caches; lib/show_local.ts) and what was not asked.
+   */
+  node?: NodeView;
   requests: number;
   error: { message: string; details: string } | null;
 }

@@ -50,7 +50,7 @@ failed. Flags and every rule: the README's "Cluster sweep".`;
 
 /** `milo-ipam show --help`. */
 export const SHOW_USAGE =
-  `usage: milo-ipam show ADDRESS | --pod NAMESPACE/NAME | --node NAME | --retained
+  `usage: milo-ipam show ADDRESS | --pod NAMESPACE/NAME | --node NAME | --retained | --pools
                       [--config FILE] [--output text|json]
 
 Who holds a lease: each matching claim with its address, holder (pod, container,
@@ -67,6 +67,8 @@ also whether its result caches name the container, its record and its journal en
                        keeps after a Retain claim is deleted, for a claim of the same
                        name): address, allocation, since when, the lease's end once
                        Milo names it; by address, with the total
+  --pools              each IPPool Milo shows the token: classes, CIDR, allocated,
+                       total and available, and the utilisation Milo reports
   --config FILE        the node config (default: the installed one)
   --output text|json   text (default) or one JSON object
 
@@ -74,7 +76,12 @@ Each query is one LIST (an address no claim holds, two: the claims, then the
 IPAllocations): Milo reads every object of its kind in the project for any LIST (a
 label selector narrows only the answer), so run it by hand, not in a loop. Milo records
 no pod, namespace or node on a retained allocation (it carries none of its claim's
-labels): how many addresses are retained and which, not whose.`;
+labels): how many addresses are retained and which, not whose.
+
+When Milo cannot be asked (unreachable, the token refused), ADDRESS, --pod and
+--node report what this node itself holds (its records, its journal's owed
+releases, which result caches name each container) and say what was not asked;
+exit status 1.`;
 
 /** `milo-ipam version --help`. */
 export const VERSION_USAGE = `usage: milo-ipam version [--output text|json]

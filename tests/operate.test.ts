@@ -572,3 +572,33 @@ Deno.test("state format: reconcile refuses a newer format before it opens Milo",
     });
   });
 });
+
+Deno.test("show --pools: each IPPool with the utilisation Milo reports", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  try {
+    await withTempDir(async (dir) => {
+      const a1 = await nodeConfig(dir, milo, "node-a1");
+      const pool = async () => {
+        const r = await show({ by: "pools" }, a1);
+        assert.equal(r.error, null, JSON.stringify(r.error));
+        assert.equal(r.requests, 1);
+        const v4 = r.pools!.find((p) => p.classes.includes("vpc-pods-ipv4"))!;
+        assert.ok(v4, JSON.stringify(r.pools));
+        return { r, v4 };
+      };
+      const before = (await pool()).v4;
+      assert.equal((await call(a1, "ADD", "c-web0", "shop/web-0")).exitCode, 0);
+      const { r, v4 } = await pool();
+      assert.equal(Number(v4.allocated), Number(before.allocated) + 1, "the ADD's address");
+      assert.equal(Number(v4.total), Number(v4.allocated) + Number(v4.available));
+      assert.ok(v4.utilizationPercent! > 0, JSON.stringify(v4));
+      const text = renderShow(r);
+      assert.match(text, /^\d+ IPPools? Milo shows this token/);
+      assert.match(text, /\nPOOL +CLASSES +CIDR +ALLOCATED +TOTAL +AVAILABLE +USED\n/);
+      assert.match(text, new RegExp(`\\n${v4.pool} +vpc-pods-ipv4 +${v4.cidr} +${v4.allocated} +`));
+      assert.deepEqual(parseQuery([], undefined, undefined, false, true), { by: "pools" });
+    });
+  } finally {
+    await milo.stop();
+  }
+});
