@@ -45,7 +45,11 @@ export function sweepUsage(line: string): string {
 Compares Milo's claims of the node config's cluster with the Kubernetes API and
 releases the leases of pods that are gone (by pod UID), with --apply; else a dry run.
 Exit status: 0 done, 1 an error, 2 a brake (or a wrong command line), 3 some releases
-failed. Flags and every rule: the README's "Cluster sweep".`;
+failed. --timeout bounds one operation (a LIST, Milo's or the API's, across its pages;
+one claim's re-check and release) and --request-timeout one request (a LIST's answer
+may pause no longer): the sweep's own, default the node config's timeouts for Milo
+(120 s and 10 s for the API); the nodes' ADD deadline stays the node config's. Every
+flag and rule: docs/sweep.md.`;
 }
 
 /** `milo-ipam show --help`. */

@@ -24,6 +24,8 @@ import { DEFAULT_BOOT_ID_FILE, parseNodeConfig, requireScrapeToken } from "../li
 import { KubeClient } from "../lib/kube.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
+import { parseSweepArgs } from "../lib/sweep_cli.ts";
+import { SETTLE_MS } from "../lib/sweep_rules.ts";
 import { RELEASE } from "../lib/version.ts";
 import { planSandbox, supportDir } from "../scripts/sandbox.ts";
 import { containersOf, kustomize, type Resource } from "../testing/kustomize.ts";
@@ -473,7 +475,83 @@ Deno.test("deploy: the Containerfile builds the image's files from checksum-veri
     );
   }
   assert.ok(commands.includes("/opt/cni/bin/milo-ipam agent"));
-  assert.ok(commands.includes("/work/bin/milo-ipam sweep --apply --output json"));
+  assert.ok(
+    commands.includes(
+      "/work/bin/milo-ipam sweep --apply --output=json --timeout=5m --request-timeout=30s",
+    ),
+  );
+});
+
+Deno.test("deploy: every kustomization of deploy/ renders, each object once", () => {
+  const found: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of Deno.readDirSync(DEPLOY + dir)) {
+      if (e.isDirectory) walk(`${dir}${e.name}/`);
+      else if (e.name === "kustomization.yaml") found.push(dir.replace(/\/$/, ""));
+    }
+  };
+  walk("");
+  assert.deepEqual(found.sort(), [...KUSTOMIZATIONS].sort(), "each kustomization is rendered here");
+  for (const k of KUSTOMIZATIONS) {
+    const docs = kustomize(DEPLOY + k);
+    assert.ok(docs.length, `${k} renders objects`);
+    const keys = docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ""}/${d.metadata.name}`);
+    assert.equal(new Set(keys).size, keys.length, `${k}: ${keys}`);
+    for (const d of docs) {
+      const Model = MODELS[d.kind];
+      if (Model) new Model(d).validate();
+      else assert.equal(k, "monitoring", `${k}: ${d.kind} has no schema model here`);
+    }
+  }
+});
+
+/** The period of a schedule of every N minutes, in seconds. */
+function everyS(schedule: string): number {
+  const m = /^\*\/(\d+) \* \* \* \*$/.exec(schedule);
+  assert.ok(m, `schedule ${schedule} is every N minutes`);
+  return Number(m[1]) * 60;
+}
+
+Deno.test("deploy: the sweep has its own timeouts and schedule, sized for 5,000 nodes; the nodes' ADD deadline is untouched", () => {
+  const cron = find(rendered(), "CronJob", "milo-ipam-sweep");
+  const job = cron.spec.jobTemplate.spec;
+  const [sweep] = job.template.spec.containers;
+  assert.deepEqual(sweep.command.slice(0, 2), ["/work/bin/milo-ipam", "sweep"]);
+  const a = parseSweepArgs(sweep.command.slice(2));
+  assert.equal(a.apply, true);
+  // A LIST of 300,000 claims (one answer of some 450 MB) took 35-69 s on 2 cores
+  // (bench/README.md): its own budget, with room for a slower Milo.
+  assert.equal(a.timeoutMs, 300_000, "--timeout");
+  assert.equal(a.requestTimeoutMs, 30_000, "--request-timeout");
+  const node = parseNodeConfig(
+    { ...JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)), node: "n" },
+    "node.json",
+  );
+  assert.deepEqual(
+    [node.timeouts.requestMs, node.timeouts.totalMs],
+    [2_000, 10_000],
+    "the nodes' ADD deadline is the node config's, not the sweep's",
+  );
+  // A run whose every operation takes its whole --timeout ends within activeDeadlineSeconds:
+  // the install, two observations (the API's lists, then Milo's LIST), the wait between them,
+  // the wait for a pod gone from a Ready node, and the re-checks and releases.
+  const installS = 60;
+  const worstS = installS + 2 * 2 * a.timeoutMs! / 1000 +
+    Math.max(a.intervalMs, a.nodeMonitorGraceMs) / 1000 +
+    (a.terminationGraceMs + SETTLE_MS) / 1000 + a.timeoutMs! / 1000;
+  assert.ok(job.activeDeadlineSeconds >= worstS, `${job.activeDeadlineSeconds} s < ${worstS} s`);
+  assert.ok(
+    job.activeDeadlineSeconds < everyS(cron.spec.schedule),
+    "a run ends before the next is due",
+  );
+  assert.equal(cron.spec.concurrencyPolicy, "Forbid");
+  assert.ok(
+    cron.spec.startingDeadlineSeconds < everyS(cron.spec.schedule),
+    "a late start is still this period's",
+  );
+  // The sweep install copies the node config's timeouts as they are: the flags are the sweep's.
+  const text = Deno.readTextFileSync(`${ROOT}scripts/node_install.ts`);
+  assert.doesNotMatch(text.slice(text.indexOf("export async function sweepInstall")), /timeouts/);
 });
 
 /** The cluster's ConfigMap and a Secret as the kubelet lays them out: one file per key. */
