@@ -15,16 +15,23 @@ export function issuesOf(error: z.core.$ZodError, prefix: string): string[] {
 /** The keys a schema's objects know, by nesting: null for a value with no keys of its own. */
 export type KeyTree = { [key: string]: KeyTree | null } | null;
 
+/** What {@link keyTree} reads of a zod schema's definition (zod's `_zod.def`). */
+interface SchemaDef {
+  type: string;
+  innerType?: unknown;
+  shape?: Record<string, unknown>;
+  valueType?: unknown;
+}
+
 /** The known keys of `schema`'s objects (a record's values under `*`), from the one schema. */
 export function keyTree(schema: unknown): KeyTree {
-  // deno-lint-ignore no-explicit-any
-  const def = (schema as any)?._zod?.def;
+  const def = (schema as { _zod?: { def?: SchemaDef } } | undefined)?._zod?.def;
   if (!def) return null;
   if (def.type === "default" || def.type === "optional" || def.type === "nullable") {
     return keyTree(def.innerType);
   }
   if (def.type === "object") {
-    return Object.fromEntries(Object.entries(def.shape).map(([k, v]) => [k, keyTree(v)]));
+    return Object.fromEntries(Object.entries(def.shape ?? {}).map(([k, v]) => [k, keyTree(v)]));
   }
   if (def.type === "record") {
     const values = keyTree(def.valueType);
