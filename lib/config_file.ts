@@ -59,7 +59,7 @@ export async function readNodeConfig(
     throw new CniError(
       "config",
       `no node config: ${path} does not exist${legacy ? ` (nor ${legacy})` : ""}`,
-      "the node config holds milo.url, milo.tokenFile and cluster; see the README",
+      "the node config holds milo.url, milo.tokenFile and cluster; see docs/configuration.md",
     );
   }
   if (lastRead?.at !== at || lastRead.text !== text) {

@@ -2,7 +2,7 @@
  * The single mapping from failure outcomes to CNI error codes.
  *
  * Codes below 100 are defined by the CNI specification; codes 100 and above
- * are milo-ipam's own and are documented in the README's error table.
+ * are milo-ipam's own and are documented in docs/verbs.md's error table.
  */
 
 /** Every way an invocation can fail, each with its CNI code and a summary. */

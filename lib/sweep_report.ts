@@ -1,6 +1,6 @@
 /**
  * The report of one `milo-ipam sweep` run: its stable JSON shape (documented
- * in the README), the exit codes, and the text form for a human.
+ * in docs/architecture.md), the exit codes, and the text form for a human.
  */
 import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
 import { printable, printableLines } from "./printable.ts";
@@ -44,7 +44,7 @@ export interface ObservationSummary {
   candidates: number;
 }
 
-/** The report of one run: printed as JSON with `--output json` (its fields: the README's Cluster sweep section). */
+/** The report of one run: printed as JSON with `--output json` (its fields: docs/architecture.md's SweepReport). */
 export interface SweepReport {
   kind: "SweepReport";
   version: 1;

@@ -172,7 +172,9 @@ function component(dir: string): { images: Image[] } {
   const k = loadAll(Deno.readTextFileSync(join(dir, "kustomization.yaml")))[0] as Kustomization;
   if (k.kind !== "Component") throw new Error(`${dir}: a component is kind Component`);
   for (const key of Object.keys(k)) {
-    if (!COMPONENT_KNOWN.has(key)) throw new Error(`${dir}: component field ${key} is not rendered here`);
+    if (!COMPONENT_KNOWN.has(key)) {
+      throw new Error(`${dir}: component field ${key} is not rendered here`);
+    }
   }
   return { images: k.images ?? [] };
 }
