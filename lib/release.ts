@@ -160,11 +160,16 @@ export async function releaseAddress(o: ReleaseOptions): Promise<ReleaseReport> 
   }
 }
 
-/** The one claim whose lease holds `ip` (one LIST of the namespace: an address is no label). */
+/**
+ * The one claim whose lease holds `ip`: one LIST of the namespace (an address
+ * is no label), read as a stream, keeping only the claims that hold it.
+ */
 async function theClaim(o: ReleaseOptions, ip: Ip): Promise<IPClaim> {
   const milo = o.milo.withDeadline(Date.now() + o.operationMs);
-  const { items } = await milo.listClaimsAt("");
-  const holding = items.filter((c) => holds(c.status, ip));
+  const holding: IPClaim[] = [];
+  await milo.scanClaims("", (c) => {
+    if (holds(c.status, ip)) holding.push(c);
+  });
   if (!holding.length) throw new Refusal(`no claim holds ${o.address}`);
   if (holding.length > 1) {
     throw new Refusal(
