@@ -141,6 +141,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
       network: "vpc-7b3e",
       host: i.attachment.host,
       podNamespace: "shop",
+      pod: "shop/web-0",
       containerId: CONTAINER_ID,
       ifname: "eth0",
       created: now,
