@@ -1,6 +1,7 @@
 /**
  * milo-ipam: the CNI IPAM plugin (exec'd with CNI_COMMAND), and its
- * subcommands `agent`, `reconcile`, `sweep`, `show` and `version`. Modules
+ * subcommands `agent`, `reconcile`, `sweep`, `show`, `release`, `decommission`
+ * and `version`. Modules
  * load only on the path that needs them: a call the node agent answers
  * imports the socket client alone, and the handlers, the Milo client and zod
  * load only when the plugin does the work itself.
@@ -45,6 +46,14 @@ const SUBCOMMANDS: Record<string, () => Promise<Subcommand>> = {
   show: async () => ({
     cli: (await import("./lib/show.ts")).showCli,
     usage: (await import("./lib/usage.ts")).SHOW_USAGE,
+  }),
+  release: async () => ({
+    cli: (await import("./lib/release_cli.ts")).releaseCli,
+    usage: (await import("./lib/usage.ts")).RELEASE_USAGE,
+  }),
+  decommission: async () => ({
+    cli: (await import("./lib/decommission_cli.ts")).decommissionCli,
+    usage: (await import("./lib/usage.ts")).DECOMMISSION_USAGE,
   }),
   version: async () => ({
     cli: (await import("./lib/version_cli.ts")).versionCli,

@@ -2,7 +2,7 @@ import { answerDiffers, type Attachment, claimBody, leaseOf } from "./claims.ts"
 import { describeHolder, holderOf, madeBy, mismatches, recordsAnother } from "./holder.ts";
 import { encodeResult, type Lease } from "./cni.ts";
 import { requireIdentityGrant } from "./identity_grant.ts";
-import { clip, CniError, combineErrors, errorText, toCniError } from "./errors.ts";
+import { clip, CniError, combineErrors, errorText, toCniError, withNote } from "./errors.ts";
 import { cidrContains, type Family, formatCidr, miloFamily } from "./ip.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { afterFailedAdd, type Holding } from "./lease.ts";
@@ -77,6 +77,7 @@ export const add: Handler = async (inv) => {
       return {
         output: encodeResult(inv.conf.cniVersion, held, inv.conf.network.gateways),
         claims: claimNamesOf(inv),
+        addresses: claims.map((c) => c.address),
       };
     } catch (err) {
       inDoubt = toCniError(err).inDoubt;
@@ -128,13 +129,7 @@ async function leaseAll(
     const made = held.filter((h) => h.fresh);
     if (!made.length) throw e;
     const notes = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
-    const rolled = new CniError(
-      e.outcome,
-      e.message,
-      [e.details, ...notes].filter(Boolean).join("; "),
-    );
-    rolled.inDoubt = e.inDoubt;
-    throw rolled;
+    throw withNote(e, notes.filter(Boolean).join("; "));
   }
   return held;
 }
@@ -175,7 +170,7 @@ async function leaseFamily(
     const e = toCniError(err);
     if (!fresh) throw e;
     const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
-    throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
+    throw withNote(e, note);
   }
 }
 
@@ -408,7 +403,7 @@ async function mustBePosted(
     message,
     entry,
   );
-  throw new CniError("protocol", message, `${differs.join("; ")}; ${note}`);
+  throw withNote(new CniError("protocol", message, differs.join("; ")), note);
 }
 
 /**

@@ -320,7 +320,12 @@ export class Agent {
       await this.#logger.write(level, {
         verb: "RECONCILE",
         node: r.node,
-        released: r.released.map((x) => x.claim),
+        released: r.released.map((x) => ({
+          claim: x.claim,
+          ...(x.pod ? { pod: x.pod } : {}),
+          ...(x.address ? { address: x.address } : {}),
+          via: x.via,
+        })),
         kept: r.kept.length,
         ...(r.brake ? { brake: r.brake } : {}),
         ...(r.otherHosts.length ? { otherHosts: r.otherHosts } : {}),

@@ -1,5 +1,6 @@
 import { clip, CniError } from "./errors.ts";
 import { type Cidr, FAMILIES, type Family, formatCidr } from "./ip.ts";
+import { hasUnprintable, printable } from "./printable.ts";
 import { MAX_VALUE_CHARS } from "./values.ts";
 
 /** CNI spec versions this plugin speaks, oldest first. */
@@ -137,6 +138,16 @@ export function readCniEnv(get: (name: string) => string | undefined): CniEnv {
       "env",
       "CNI_IFNAME is invalid",
       "at most 15 characters, no whitespace, / or :",
+    );
+  }
+  if (verb === "ADD" && hasUnprintable(ifname)) {
+    // libcni (pkg/utils ValidateInterfaceName), Multus and the kernel refuse only `/`, `:` and
+    // whitespace: an escape character passes them, and would reach every report that names
+    // the interface. DEL and CHECK still take it: a lease made before is released.
+    throw new CniError(
+      "env",
+      "CNI_IFNAME is invalid",
+      `${printable(JSON.stringify(ifname))} has a control or format character`,
     );
   }
   const args = parseCniArgs(get("CNI_ARGS"));

@@ -42,16 +42,23 @@ function wanted(i: z.core.$ZodIssue): string | undefined {
 /** The keys a schema's objects know, by nesting: null for a value with no keys of its own. */
 export type KeyTree = { [key: string]: KeyTree | null } | null;
 
+/** What {@link keyTree} reads of a zod schema's definition (zod's `_zod.def`). */
+interface SchemaDef {
+  type: string;
+  innerType?: unknown;
+  shape?: Record<string, unknown>;
+  valueType?: unknown;
+}
+
 /** The known keys of `schema`'s objects (a record's values under `*`), from the one schema. */
 export function keyTree(schema: unknown): KeyTree {
-  // deno-lint-ignore no-explicit-any
-  const def = (schema as any)?._zod?.def;
+  const def = (schema as { _zod?: { def?: SchemaDef } } | undefined)?._zod?.def;
   if (!def) return null;
   if (def.type === "default" || def.type === "optional" || def.type === "nullable") {
     return keyTree(def.innerType);
   }
   if (def.type === "object") {
-    return Object.fromEntries(Object.entries(def.shape).map(([k, v]) => [k, keyTree(v)]));
+    return Object.fromEntries(Object.entries(def.shape ?? {}).map(([k, v]) => [k, keyTree(v)]));
   }
   if (def.type === "record") {
     const values = keyTree(def.valueType);
@@ -124,11 +131,19 @@ export const MAX_RECORD_KEYS = 16;
  * `gateways`) would otherwise be dropped, and its setting silently absent. A
  * key over {@link MAX_KEY_CHARS} is refused first, known or not, named by its
  * head and length: a key is looked at only once its length is known sane;
- * so is a record of more than {@link MAX_RECORD_KEYS} entries.
+ * so is a record of more than {@link MAX_RECORD_KEYS} entries. `listed`:
+ * the keys an author may set here, named and suggested (default every key of
+ * `tree`; the ipam block's tree also holds the node's keys, refused by value).
  */
-export function refuseUnknownKeys(value: unknown, tree: KeyTree, at: string, where: string): void {
+export function refuseUnknownKeys(
+  value: unknown,
+  tree: KeyTree,
+  at: string,
+  where: string,
+  listed?: readonly string[],
+): void {
   if (!tree || !isPlainObject(value)) return;
-  const known = Object.keys(tree).filter((k) => k !== "*");
+  const known = listed ?? Object.keys(tree).filter((k) => k !== "*");
   const of = `known keys${at ? ` of ${at.slice(0, -1)}` : ""}: ${known.join(", ")}`;
   const keys = Object.keys(value);
   if (tree["*"] !== undefined && keys.length > MAX_RECORD_KEYS) {

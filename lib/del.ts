@@ -2,7 +2,7 @@ import { type Attachment, attachmentOf, canName, claimName } from "./claims.ts";
 import { madeBy, notHeldHere, sameNode } from "./holder.ts";
 import type { CniEnv } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
-import { attemptAll, CniError, combineErrors, errorText } from "./errors.ts";
+import { attemptAll, CniError, combineErrors, errorText, withNote } from "./errors.ts";
 import { hostId } from "./host.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
@@ -100,6 +100,10 @@ async function release(inv: Invocation) {
   const claims = namesOf(inv, record);
   const left = new Map<string, string>();
   const seen = new Map<string, string>();
+  /** Each claim's address, as Milo's claim or the node's record names it. */
+  const addresses = new Map(
+    (record?.claims ?? []).flatMap((c) => c.address ? [[c.name, c.address] as const] : []),
+  );
   const events = new ReleaseTally();
   const r = await attemptAll(
     claims,
@@ -109,6 +113,8 @@ async function release(inv: Invocation) {
         const not = notHeldHere(c, a);
         if (not) why.push(not);
         else if (c.metadata.uid) seen.set(name, c.metadata.uid);
+        const address = c.status.allocatedCIDR ?? c.status.address;
+        if (!not && address) addresses.set(name, address);
         return !not;
       };
       const done = await inv.milo.releaseIf(name, mine, events.of((w) => why.push(w)));
@@ -136,7 +142,13 @@ async function release(inv: Invocation) {
       );
     });
     inv.holdings.remove(a);
-    return { claims: claims.filter((c) => !left.has(c)), ...skipped, ...events.result() };
+    const released = claims.filter((c) => !left.has(c));
+    return {
+      claims: released,
+      addresses: released.flatMap((c) => addresses.get(c) ?? []),
+      ...skipped,
+      ...events.result(),
+    };
   }
   const e = combineErrors(r.failures);
   let note: string;
@@ -148,7 +160,7 @@ async function release(inv: Invocation) {
   } catch (err) {
     note = `could not be journaled: ${errorText(err)}`;
   }
-  throw new CniError(e.outcome, e.message, `${e.details}; ${note}`);
+  throw withNote(e, note);
 }
 
 /**

@@ -2,7 +2,7 @@
  * The single mapping from failure outcomes to CNI error codes.
  *
  * Codes below 100 are defined by the CNI specification; codes 100 and above
- * are milo-ipam's own and are documented in the README's error table.
+ * are milo-ipam's own and are documented in docs/verbs.md's error table.
  */
 
 /** Every way an invocation can fail, each with its CNI code and a summary. */
@@ -80,10 +80,13 @@ export class Unanswered extends CniError {
 
 /** How much of one text from a server (a body, a Status message) an error quotes. */
 export const QUOTE_CHARS = 300;
-/** Longest `msg` of a CNI error. */
-const MAX_MSG_CHARS = 500;
-/** Longest `details` of a CNI error (pod events quote it). */
-const MAX_DETAILS_CHARS = 2000;
+/**
+ * Longest `msg` and `details` of a CNI error: the runtime puts both in the
+ * pod's event, whose message Kubernetes cuts at 1 KiB, so the whole error
+ * stays near that.
+ */
+const MAX_MSG_CHARS = 300;
+const MAX_DETAILS_CHARS = 700;
 
 /**
  * Cuts `text` to `max` characters, marking the cut; credentials are scrubbed
@@ -175,6 +178,19 @@ export const SANDBOX_ADVICE = "the sandbox is derived from the node config at in
   "--config FILE; in Kubernetes, roll the DaemonSet, whose init container installs from the " +
   "ConfigMap); the sweep reaches the Kubernetes API only when installed with --kube";
 
+/**
+ * `e` with `note` (what was done about it: a rollback, a journal entry) after
+ * its details, the details cut first so the note is kept whole.
+ */
+export function withNote(e: CniError, note: string): CniError {
+  if (!note) return e;
+  const room = MAX_DETAILS_CHARS - Math.min(note.length, MAX_DETAILS_CHARS / 2) - 2;
+  const head = e.details ? `${clip(e.details, Math.max(room, 1))}; ` : "";
+  const noted = new CniError(e.outcome, e.message, head + note);
+  noted.inDoubt = e.inDoubt;
+  return noted;
+}
+
 /** Converts anything thrown into a {@link CniError}, never leaking a stack. */
 export function toCniError(err: unknown): CniError {
   if (err instanceof CniError) return err;
@@ -201,18 +217,33 @@ export function sandboxText(message: string): string {
   );
 }
 
-/** The message of an error without its stack (a sandbox refusal translated: {@link sandboxText}). */
+/**
+ * The message of an error without its stack (a sandbox refusal translated:
+ * {@link sandboxText}), and without the URL a failed fetch quotes (`error
+ * sending request for url (https://...)`): the caller names the request.
+ */
 export function errorText(err: unknown): string {
   if (!(err instanceof Error)) return sandboxText(String(err));
   const cause = err.cause instanceof Error ? ` (${err.cause.message})` : "";
-  return sandboxText(`${err.name}: ${err.message}${cause}`);
+  return sandboxText(`${err.name}: ${err.message}${cause}`)
+    .replace(/ for url \((?:[^()]|\([^()]*\))*\)/g, "");
 }
 
-/** Folds several failures into one: the first one's code and message, every message in details. */
+/**
+ * Folds several failures into one: the first one's code, message and
+ * details, then each other's message, with its details only when they are
+ * not the first's (two families failing alike say it once).
+ */
 export function combineErrors(errors: CniError[]): CniError {
   if (errors.length === 1) return errors[0];
-  const all = errors.map((e) => `[${e.code}] ${e.message}${e.details ? ` (${e.details})` : ""}`);
-  const e = new CniError(errors[0].outcome, errors[0].message, [...new Set(all)].join("; "));
+  const [first, ...rest] = errors;
+  const others = rest.map((e) =>
+    `[${e.code}] ${e.message}${
+      !e.details ? "" : e.details === first.details ? " (the same)" : ` (${e.details})`
+    }`
+  );
+  const head = first.details ? `${first.details}; also ` : "also ";
+  const e = new CniError(first.outcome, first.message, head + [...new Set(others)].join("; "));
   e.inDoubt = errors.some((x) => x.inDoubt);
   return e;
 }

@@ -215,12 +215,13 @@ export class Holdings {
 }
 
 function fields(a: Attachment, claims: HeldClaim[]) {
-  const { cluster, host, node, network, containerId, ifname } = a;
+  const { cluster, host, node, network, containerId, ifname, podNamespace, podName } = a;
   return {
     cluster,
     ...(host ? { host } : {}),
     ...(node ? { node } : {}),
     network,
+    ...(podNamespace && podName ? { pod: `${podNamespace}/${podName}` } : {}),
     ...galacticOf(a),
     containerId,
     ifname,

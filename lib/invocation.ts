@@ -38,6 +38,8 @@ export interface Invocation {
 export interface HandlerResult {
   output?: Record<string, unknown>;
   claims: string[];
+  /** The addresses leased or released (logged: an operator greps the log for an address). */
+  addresses?: string[];
   /** Why the handler left the claims alone, when it did (logged). */
   skipped?: string;
   /** Addresses it found two sandboxes on (logged as errors and counted: never silent). */

@@ -17,7 +17,7 @@ import {
 import type { NodeConfig } from "./config.ts";
 import { type NetConf, netConfOf, stdinJson } from "./netconf.ts";
 import { del, journalUnreached } from "./del.ts";
-import { CniError, toCniError } from "./errors.ts";
+import { toCniError, withNote } from "./errors.ts";
 import { gc } from "./gc.ts";
 import { claimNamesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
@@ -95,6 +95,19 @@ export function rollbackReserveMs(totalMs: number): number {
 }
 
 /**
+ * The addresses the node's record names for the attachment (logged with a
+ * DEL or CHECK, failed or not); undefined when it has none or cannot read it.
+ */
+function recordedAddresses(inv: Invocation): string[] | undefined {
+  try {
+    const a = inv.holdings.read(inv.attachment)?.claims.flatMap((c) => c.address ?? []);
+    return a?.length ? a : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * What preparing a call reached, stage by stage: the log record, the result
  * version, and what was read before it failed (a DEL that failed before it
  * could ask Milo is journaled from it: lib/del.ts `journalUnreached`).
@@ -140,6 +153,7 @@ export async function invoke(req: InvokeRequest, deps: InvokeDeps): Promise<Repl
     const r = await HANDLERS[call.verb as Exclude<Verb, "VERSION">](inv);
     return reply({ exitCode: 0, stdout: r.output }, {
       claims: r.claims,
+      ...(r.addresses ? { addresses: r.addresses } : {}),
       outcome: "ok",
       ...(r.skipped ? { skipped: r.skipped } : {}),
       ...(r.duplicates?.length ? { duplicates: r.duplicates } : {}),
@@ -205,6 +219,7 @@ async function prepare(
     now,
   };
   if (cni.containerId && canName(inv.attachment)) record.claims = claimNamesOf(inv);
+  if (verb === "DEL" || verb === "CHECK") record.addresses = recordedAddresses(inv);
   return inv;
 }
 
@@ -222,7 +237,7 @@ async function failure(
   let e = toCniError(err);
   if (unreached && call.verb === "DEL" && call.node && call.cni && call.stateOk) {
     const note = await journalUnreached(call.node, call.cni, call.conf, e.message, now());
-    if (note) e = new CniError(e.outcome, e.message, e.details ? `${e.details}; ${note}` : note);
+    if (note) e = withNote(e, note);
   }
   return [{ exitCode: 1, stdout: encodeError(call.cniVersion, e) }, {
     outcome: "error",

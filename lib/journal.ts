@@ -39,6 +39,8 @@ export interface JournalEntry {
   network: string;
   /** The pod's namespace: whose share of the journal the entry counts against. */
   podNamespace?: string;
+  /** The pod (`namespace/name`), from CNI_ARGS: what `show --pod` finds without Milo. */
+  pod?: string;
   containerId: string;
   ifname: string;
   /** When the release first failed (ms since epoch, the node's clock). */
@@ -425,13 +427,14 @@ function entryOf(
   claims: JournalClaim[],
   lastError: string,
 ): JournalEntry {
-  const { cluster, node, host, network, containerId, ifname, podNamespace } = a;
+  const { cluster, node, host, network, containerId, ifname, podNamespace, podName } = a;
   return {
     cluster,
     node,
     ...(host ? { host } : {}),
     network,
     ...(podNamespace ? { podNamespace } : {}),
+    ...(podNamespace && podName ? { pod: `${podNamespace}/${podName}` } : {}),
     containerId,
     ifname,
     created,

@@ -72,6 +72,8 @@ export interface Holding {
    */
   boot?: string;
   network: string;
+  /** The pod (`namespace/name`), from CNI_ARGS; what `show --pod` finds without Milo. */
+  pod?: string;
   /** A galactic attachment's identifiers: reconcile needs evidence to judge it (lib/evidence.ts). */
   galactic?: { vpc: string; vpcattachment: string };
   containerId: string;

@@ -70,18 +70,36 @@ class Histogram {
   }
 }
 
-/** Everything the agent counts. */
+/** Each of `values` as the one label `name`. */
+const each = (name: string, values: string[]): Labels[] => values.map((v) => ({ [name]: v }));
+
+/**
+ * The series of the calls counter that exist at 0 from the agent's start:
+ * those the alert rules read (deploy/monitoring/prometheusrule.yaml: code 11
+ * of any verb, 100 of an ADD), so that `increase()` sees the first such call.
+ */
+const CALL_SERIES: Labels[] = [
+  ...["ADD", "DEL", "CHECK"].flatMap((verb) => ["0", "11"].map((code) => ({ verb, code }))),
+  { verb: "ADD", code: "100" },
+];
+
+/**
+ * Everything the agent counts. A labelled counter an alert reads has its
+ * series at 0 from the start: Prometheus' `increase()` over a series that
+ * appears at its first event sees no increase, so the first brake or pause
+ * would raise nothing.
+ */
 export class Metrics {
-  readonly calls = new Counter();
+  readonly calls = new Counter(CALL_SERIES);
   readonly latency = new Histogram();
   readonly miloRequests = new Counter();
   readonly retries = new Counter();
   readonly reconcileCandidates = new Counter();
-  readonly reconcileReleases = new Counter();
-  readonly reconcileBrakes = new Counter();
+  readonly reconcileReleases = new Counter(each("via", ["journal", "orphan", "boot"]));
+  readonly reconcileBrakes = new Counter(each("reason", ["empty", "shrunk"]));
   readonly otherHostClaims = new Gauge();
   readonly tokenReloadFailures = new Counter();
-  readonly throttled = new Counter();
+  readonly throttled = new Counter(each("event", ["queued", "expired", "paused", "cut"]));
   readonly rateLimit = new Gauge();
   readonly concurrencyLimit = new Gauge();
   /** Releases the node's journal owes now (read at each scrape). */
@@ -91,11 +109,9 @@ export class Metrics {
   /** 1 while the readiness probe passes (Milo answered with the node's token), else 0. */
   readonly ready = new Gauge();
   /** Claims of live attachments made again, by outcome, and those that could not be. */
-  readonly leaseRepairs = new Counter(
-    ["made", "present", "duplicate", "failed"].map((outcome) => ({ outcome })),
-  );
+  readonly leaseRepairs = new Counter(each("outcome", ["made", "present", "duplicate", "failed"]));
   /** Addresses found on two sandboxes, by who found them (a call's release, or the reconcile). */
-  readonly duplicates = new Counter([{ via: "release" }, { via: "reconcile" }]);
+  readonly duplicates = new Counter(each("via", ["release", "reconcile"]));
   /** Addresses two sandboxes use and live attachments without their claim, at the last verification. */
   readonly duplicateAddresses = new Gauge();
   readonly liveWithoutClaim = new Gauge();

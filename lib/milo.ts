@@ -26,6 +26,7 @@ import {
   ALLOCATION_LIST,
   CLAIM_LIST,
   collectList,
+  POOL_LIST,
   scanList,
   type StreamGet,
   type StreamRead,
@@ -35,6 +36,7 @@ import {
   type IPAllocation,
   type IPClaim,
   IPClaimSchema,
+  type IPPool,
   MAX_BODY_BYTES,
   type MiloRefusal,
   type MiloStatus,
@@ -287,6 +289,14 @@ export class MiloClient implements MiloCalls {
   }
 
   /**
+   * LISTs the IPPools Milo shows this token (cluster-scoped: every pool the
+   * project may see, with its capacity), bounded as {@link listClaimsAt} is.
+   */
+  async listPoolsAt(): Promise<{ items: IPPool[]; serverTime: number }> {
+    return await collectList(this.#get, POOL_LIST, `${API_PATH}/ippools`, "");
+  }
+
+  /**
    * LISTs claims matching a label selector, following `continue` pages, each
    * answer read as a stream (Milo answers a whole tenant at once): `visit`
    * gets each claim (as {@link IPClaimSchema} keeps it) as it is read, with
@@ -459,7 +469,8 @@ export class MiloClient implements MiloCalls {
       if (attempt === MAX_ATTEMPTS || this.#now() + wait >= opt.deadline) break;
       if (wait > 0) await pause(wait, this.#sleep, opt.signal);
     }
-    const tried = `gave up within the deadline after ${attempts} attempt(s)`;
+    const tried = `gave up on ${new URL(opt.baseUrl).host} within the deadline after ${attempts} ` +
+      "attempt(s)";
     if (refused) {
       throw new CniError(refused.outcome, refused.message, `${refused.details}; ${tried}`);
     }

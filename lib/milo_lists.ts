@@ -11,6 +11,7 @@ import {
   claimListTally,
   IPAllocationSchema,
   IPClaimSchema,
+  IPPoolSchema,
   ListHeadSchema,
   MAX_BODY_BYTES,
   MAX_PAGES,
@@ -37,6 +38,8 @@ export const ALLOCATION_LIST = {
   items: "allocations",
   schema: IPAllocationSchema,
 };
+
+export const POOL_LIST = { kind: "IPPoolList", items: "pools", schema: IPPoolSchema };
 
 /**
  * Every item of the LIST, kept within {@link claimListTally}'s bound, with

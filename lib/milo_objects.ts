@@ -207,6 +207,39 @@ export const IPAllocationSchema = z.object({
 export type IPAllocation = z.infer<typeof IPAllocationSchema>;
 
 /**
+ * An IPPool as `show --pools` reads it (`fixtures/ippool.json`): its name,
+ * CIDR, family and classes, phase, and its capacity (decimal strings: IPv6
+ * counts exceed 64 bits) and utilisation as Milo reports them.
+ */
+export const IPPoolSchema = z.object({
+  metadata: z.object({ name: z.string() }),
+  spec: z._default(
+    z.object({
+      cidr: z.optional(z.string()),
+      ipFamily: z.optional(z.string()),
+      classNames: z.optional(listOf(z.string())),
+    }),
+    {},
+  ),
+  status: z._default(
+    z.object({
+      phase: z.optional(z.string()),
+      ipFamily: z.optional(z.string()),
+      capacity: z.optional(z.object({
+        total: z.optional(z.string()),
+        allocated: z.optional(z.string()),
+        available: z.optional(z.string()),
+      })),
+      utilizationPercent: z.optional(z.number()),
+    }),
+    {},
+  ),
+});
+
+/** A validated IPPool. */
+export type IPPool = z.infer<typeof IPPoolSchema>;
+
+/**
  * The IPAllocation Milo makes for claim `name` of `namespace`: `alloc-` and
  * the first 16 hex digits of SHA-256 of `NAMESPACE/NAME` (`allocationNameFor`,
  * `internal/registry/ipam/ipclaim/storage.go`). A retained one keeps it, so a

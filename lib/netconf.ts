@@ -13,6 +13,7 @@ import { requireGateways } from "./galactic.ts";
 import { type Cidr, type Family, parseCidr } from "./ip.ts";
 import { JSON_BOUND, parseBounded } from "./json_bound.ts";
 import { parseNetwork } from "./network_config.ts";
+import { hasUnprintable, printable } from "./printable.ts";
 
 /** The parts of the master plugin's network config that milo-ipam reads. */
 export interface NetConf {
@@ -69,6 +70,14 @@ export function netConfOf(raw: unknown, node: NodeConfig, verb: Verb): NetConf {
   const cniVersion = stringField(raw, "cniVersion");
   requireVersion(cniVersion, verb);
   const name = stringField(raw, "name");
+  if (verb === "ADD" && hasUnprintable(name)) {
+    // A NAD's author chooses it; it is on every claim and in every report. A DEL still takes it.
+    throw new CniError(
+      "config",
+      "field name: has a control or format character",
+      printable(JSON.stringify(name)),
+    );
+  }
   if (!isPlainObject(raw.ipam)) {
     throw new CniError("config", "field ipam: must be an object with type milo-ipam");
   }

@@ -25,6 +25,9 @@ const IPAM_KEYS: KeyTree = {
   ...Object.fromEntries(NODE_ONLY_KEYS.map((k) => [k, null])),
 };
 
+/** The ipam block's keys a network config may set: named when a key is refused. */
+const IPAM_LISTED = ["type", ...NETWORK_KEYS];
+
 /** True when every leaf of `given` equals the same leaf of `have`. */
 function sameLeaves(given: unknown, have: unknown): boolean {
   if (isPlainObject(given)) {
@@ -63,7 +66,7 @@ export function parseNetwork(
   node: NodeConfig,
   verb = "ADD",
 ): NetworkConfig {
-  refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "");
+  refuseUnknownKeys(ipam, IPAM_KEYS, "ipam.", "", IPAM_LISTED);
   refuseNodeKeys(ipam, node);
   const merged: Record<string, unknown> = { ...node.defaults };
   for (const key of NETWORK_KEYS) {

@@ -56,7 +56,7 @@ export function readNodeFile(
     throw new CniError(
       "config",
       `no node config: ${path} does not exist${legacy ? ` (nor ${legacy})` : ""}`,
-      "the node config holds milo.url, milo.tokenFile and cluster; see the README",
+      "the node config holds milo.url, milo.tokenFile and cluster; see docs/configuration.md",
     );
   }
   return warning ? { at, text, warning } : { at, text };

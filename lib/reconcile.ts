@@ -300,7 +300,7 @@ async function releaseOrphans(
           keep("its container reappeared in a result cache on re-check");
           return;
         }
-        const { r, why } = await releaseOwn(o, milo(), c, host, tally);
+        const { r, why, claim } = await releaseOwn(o, milo(), c, host, tally);
         const doubt = doubtOf(now);
         const clock = (o.now ?? Date.now)();
         if (r === "absent" && doubt?.names.includes(name) && clock < doubt.since + o.graceMs) {
@@ -330,13 +330,15 @@ async function releaseOrphans(
           });
           return;
         }
+        const pod = claim ? holderOf(claim).pod : undefined;
         report.released.push({
           claim: name,
           via,
+          ...(pod ? { pod } : {}),
           network: h.network,
           containerId: h.containerId,
           ifname: h.ifname,
-          address: c.address,
+          address: c.address ?? claim?.status.allocatedCIDR,
         });
       } catch (err) {
         report.errors.push({ claim: name, error: toCniError(err).message });
@@ -367,14 +369,19 @@ async function releaseOwn(
   c: Recorded,
   host: string,
   tally: ReleaseTally,
-): Promise<{ r: Release; why?: string }> {
+): Promise<{ r: Release; why?: string; claim?: IPClaim }> {
   let why: string | undefined;
+  let judged: IPClaim | undefined;
   const ours = (claim: IPClaim) => {
     why = notOwn(claim, c, { host, node: o.node.node });
+    if (!why) judged = claim;
     return !why;
   };
-  if (!o.dryRun) return { r: await milo.releaseIf(c.name, ours, tally.of()), why };
+  if (!o.dryRun) {
+    const r = await milo.releaseIf(c.name, ours, tally.of());
+    return { r, why, claim: judged };
+  }
   const current = await milo.getClaim(c.name);
   if (!current) return { r: "absent" };
-  return { r: ours(current) && current.metadata.uid ? "released" : "changed", why };
+  return { r: ours(current) && current.metadata.uid ? "released" : "changed", why, claim: judged };
 }

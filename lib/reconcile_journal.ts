@@ -6,7 +6,7 @@
  * create that may land after its DEL) is kept until `grace` after it was
  * written, releasing its claims whenever they appear.
  */
-import { notHeldHere, sameNode } from "./holder.ts";
+import { holderOf, notHeldHere, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
@@ -159,12 +159,16 @@ async function finishEntry(
         }
       } else done.push(c.name);
       if (r.outcome === "released") {
+        const pod = r.claim ? holderOf(r.claim).pod : undefined;
+        const address = r.claim?.status.allocatedCIDR ?? r.claim?.status.address;
         report.released.push({
           claim: c.name,
           via: "journal",
+          ...(pod ? { pod } : {}),
           network: entry.network,
           containerId: entry.containerId,
           ifname: entry.ifname,
+          ...(address ? { address } : {}),
         });
       } else report.kept.push({ claim: c.name, reason: `journal entry: claim ${r.why}` });
     } catch (err) {
@@ -208,7 +212,7 @@ export function doubtUntil(entry: JournalEntry, graceMs: number): number {
 interface Judged {
   outcome: "released" | "absent" | "changed" | "newer" | "awaited";
   why?: string;
-  /** The claim kept as newer than the entry. */
+  /** The claim kept as newer than the entry; or the claim released, as judged. */
   claim?: IPClaim;
 }
 
@@ -232,17 +236,21 @@ async function releaseJournaled(
 ): Promise<Judged> {
   const why: string[] = [];
   let newer: IPClaim | undefined;
+  let mine: IPClaim | undefined;
   const r = await milo.releaseIf(c.name, (claim, serverTime) => {
     const not = notHeldHere(claim, entry);
     if (not) {
       why.push(not);
       return false;
     }
-    // The object the failed call judged this machine's claim of the attachment.
-    if (c.uid && claim.metadata.uid === c.uid) return true;
     const claimAge = ageOnMilo(claim, serverTime);
     const entryAge = now() - (entry.inDoubt ? doubtUntil(entry, graceMs) : entry.created);
-    if (claimAge - 1_000 >= entryAge) return true;
+    // The object the failed call judged this machine's claim of the attachment, or one older
+    // than the entry.
+    if ((c.uid && claim.metadata.uid === c.uid) || claimAge - 1_000 >= entryAge) {
+      mine = claim;
+      return true;
+    }
     newer = claim;
     why.push(
       Number.isNaN(claimAge)
@@ -255,7 +263,7 @@ async function releaseJournaled(
     const waiting = entry.inDoubt && now() < doubtUntil(entry, graceMs);
     return waiting ? { outcome: "awaited" } : { outcome: "absent", why: "absent" };
   }
-  if (r === "released") return { outcome: "released" };
+  if (r === "released") return { outcome: "released", claim: mine };
   if (newer) return { outcome: "newer", why: why.join("; "), claim: newer };
   return { outcome: "changed", why: why.join("; ") || "changed" };
 }

@@ -45,6 +45,8 @@ export interface ReconcileReport {
     claim: string;
     /** The journal, the liveness rule, or a record from an earlier boot. */
     via: "journal" | "orphan" | "boot";
+    /** The pod (`namespace/name`) Milo's claim recorded, when it did. */
+    pod?: string;
     network?: string;
     containerId?: string;
     ifname?: string;

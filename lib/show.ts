@@ -23,6 +23,8 @@ import { isLive, readLive, readState, stateFileOf } from "./liveness.ts";
 import { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import type { Findings, ShowQuery, ShowReport, ShowRow } from "./show_report.ts";
+import { nodeView } from "./show_local.ts";
+import { poolRows } from "./show_pools.ts";
 import { renderShow } from "./show_render.ts";
 import { grantsFor, holds, retainedRows } from "./show_retained.ts";
 import { SHOW_USAGE } from "./usage.ts";
@@ -44,7 +46,7 @@ export function selectorOf(q: ShowQuery, cluster: string): {
     const pod = `${q.namespace}/${q.name}`;
     return { selector, keep: (c) => holderOf(c).pod === pod };
   }
-  if (q.by === "retained") return { selector: "", keep: () => false };
+  if (q.by === "retained" || q.by === "pools") return { selector: "", keep: () => false };
   const ip = parseIp(q.address)!;
   return { selector: "", keep: (c) => holds(c.status, ip) };
 }
@@ -124,17 +126,20 @@ export function parseQuery(
   pod: string | undefined,
   node: string | undefined,
   retained = false,
+  pools = false,
 ): ShowQuery | string {
   const given = [
     positionals.length ? "ADDRESS" : "",
     pod ? "--pod" : "",
     node ? "--node" : "",
     retained ? "--retained" : "",
+    pools ? "--pools" : "",
   ].filter(Boolean);
   if (given.length !== 1 || positionals.length > 1) {
-    return "give exactly one of ADDRESS, --pod NAMESPACE/NAME, --node NAME and --retained";
+    return "give exactly one of ADDRESS, --pod NAMESPACE/NAME, --node NAME, --retained and --pools";
   }
   if (retained) return { by: "retained" };
+  if (pools) return { by: "pools" };
   if (pod !== undefined) {
     const m = /^([^/\s]+)\/([^/\s]+)$/.exec(pod);
     return m ? { by: "pod", namespace: m[1], name: m[2] } : `--pod ${pod}: NAMESPACE/NAME`;
@@ -154,6 +159,7 @@ export async function showCli(args: string[]): Promise<number> {
       pod: { type: "string" },
       node: { type: "string" },
       retained: { type: "boolean" },
+      pools: { type: "boolean" },
       config: { type: "string" },
       output: { type: "string", default: "text" },
     },
@@ -163,13 +169,14 @@ export async function showCli(args: string[]): Promise<number> {
     pod?: string;
     node?: string;
     retained?: boolean;
+    pools?: boolean;
     config?: string;
     output: string;
   };
   if (v.output !== "text" && v.output !== "json") {
     return usageError("milo-ipam show", `--output ${v.output}: text or json`, SHOW_USAGE).exit;
   }
-  const query = parseQuery(p.positionals, v.pod, v.node, v.retained);
+  const query = parseQuery(p.positionals, v.pod, v.node, v.retained, v.pools);
   if (typeof query === "string") return usageError("milo-ipam show", query, SHOW_USAGE).exit;
   const report = await show(query, v.config);
   const out = v.output === "json" ? redactedJson(report, 2) + "\n" : renderShow(report);
@@ -200,8 +207,9 @@ export async function show(
     error: null,
   };
   let milo: MiloClient | undefined;
+  let node: NodeConfig | undefined;
   try {
-    const node = await readNodeConfig(withConfigFlag(config));
+    node = await readNodeConfig(withConfigFlag(config));
     requireStateFormat(node.stateDir, false);
     report.namespace = node.milo.namespace;
     report.cluster = node.cluster;
@@ -209,7 +217,9 @@ export async function show(
     report.labelSelector = selector;
     const t = node.timeouts;
     milo = await open(node, t.requestMs, Date.now() + Math.max(t.totalMs, SHOW_MIN_MS));
-    if (query.by !== "retained") {
+    if (query.by === "pools") {
+      report.pools = poolRows((await milo.listPoolsAt().catch(poolsRefused)).items);
+    } else if (query.by !== "retained") {
       const list = await milo.listClaimsAt(selector);
       const claims = list.items.filter(keep).sort((a, b) =>
         a.metadata.name < b.metadata.name ? -1 : 1
@@ -230,11 +240,23 @@ export async function show(
   } catch (err) {
     const e = toCniError(err);
     report.error = { message: e.message, details: e.details };
+    if (node && query.by !== "retained" && query.by !== "pools") {
+      report.node = await nodeView(query, node, [`Milo's ${askedOf(query)}: ${e.message}`]);
+      const findings = await findingsFor(query, node);
+      if (findings) report.findings = findings;
+    }
   } finally {
     report.requests = milo?.requests ?? 0;
     milo?.close();
   }
   return report;
+}
+
+/** What a query asks Milo for, in words. */
+function askedOf(q: ShowQuery): string {
+  if (q.by === "node") return `claims of node ${q.node}`;
+  if (q.by === "pod") return `claims of pod ${q.namespace}/${q.name}`;
+  return q.by === "address" ? `claims holding ${q.address}` : "retained allocations";
 }
 
 /**
@@ -244,7 +266,10 @@ export async function show(
  */
 async function findingsFor(query: ShowQuery, node: NodeConfig): Promise<Findings | undefined> {
   const f = (await readState(stateFileOf(node), Date.now()).catch(() => undefined))?.findings;
-  if (!f || query.by === "retained" || (query.by === "node" && query.node !== node.node)) {
+  if (
+    !f || query.by === "retained" || query.by === "pools" ||
+    (query.by === "node" && query.node !== node.node)
+  ) {
     return undefined;
   }
   const ip = query.by === "address" ? parseIp(query.address) : undefined;
@@ -261,6 +286,18 @@ async function findingsFor(query: ShowQuery, node: NodeConfig): Promise<Findings
 function sameIp(text: string, ip: NonNullable<ReturnType<typeof parseIp>>): boolean {
   const got = parseIp(text.split("/")[0]);
   return !!got && got.family === ip.family && ipValue(got) === ipValue(ip);
+}
+
+/** Milo's 403 to the IPPool LIST, as what the token lacks. */
+function poolsRefused(err: unknown): never {
+  const e = toCniError(err);
+  if (e.outcome !== "auth" || !/: HTTP 403\b/.test(e.details)) throw err;
+  throw new CniError(
+    "auth",
+    "Milo forbids this token to list ippools (403): the pools' utilisation needs it",
+    `${e.details}; grant the token's role list on ippools (group ipam.miloapis.com, ` +
+      "cluster-scoped), or ask the platform for the pools' utilisation",
+  );
 }
 
 /** Milo's 403 to the IPAllocation LIST, as what the token lacks. */

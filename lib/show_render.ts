@@ -5,7 +5,9 @@
  * namespace's stable identities may have left retained.
  */
 import { redact } from "./errors.ts";
-import type { ShowReport } from "./show_report.ts";
+import { printable, printableLines } from "./printable.ts";
+import { renderPools } from "./show_pools.ts";
+import type { NodeView, ShowReport } from "./show_report.ts";
 import { quotaText } from "./milo_quota.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
@@ -63,8 +65,22 @@ export function renderShow(r: ShowReport): string {
     ? `pod ${q.namespace}/${q.name} in cluster ${r.cluster}`
     : q.by === "node"
     ? `node ${q.node} in cluster ${r.cluster}`
-    : "--retained";
-  if (r.error) return `milo-ipam show ${what}: ${r.error.message}\n  ${r.error.details}\n`;
+    : `--${q.by}`;
+  if (r.error) {
+    return redact(printableLines([
+      ...renderFindings(r),
+      `milo-ipam show ${what}: ${r.error.message}`,
+      `  ${r.error.details}`,
+      ...(r.node ? renderNodeView(r.node) : []),
+    ]));
+  }
+  if (q.by === "pools") {
+    return redact(printableLines([
+      `${count(r.pools?.length ?? 0, "IPPool")} Milo shows this token, with the utilisation ` +
+      "it reports (one LIST of ippools)",
+      ...renderPools(r.pools ?? []),
+    ]));
+  }
   if (q.by === "retained") {
     const lines = [
       `${count(r.retained?.length ?? 0, "retained allocation")} in namespace ${r.namespace} ` +
@@ -72,7 +88,7 @@ export function renderShow(r: ShowReport): string {
       ...renderRetainedTable(r.retained ?? []),
       quotaText(r.quota),
     ];
-    return redact(lines.join("\n")) + "\n";
+    return redact(printableLines(lines));
   }
   const lines = [
     ...renderFindings(r),
@@ -116,7 +132,38 @@ export function renderShow(r: ShowReport): string {
   }
   if (r.grants && q.by === "pod") lines.push(...podNote(r.grants, q.namespace));
   lines.push("", quotaText(r.quota));
-  return redact(lines.join("\n")) + "\n";
+  return redact(printableLines(lines));
+}
+
+/** What the node itself holds, when Milo could not be asked. */
+function renderNodeView(v: NodeView): string[] {
+  const lines = [
+    "",
+    `could not ask: ${v.unasked.join("; ")}`,
+    `what node ${v.node} itself holds (its records, journal and result caches; Milo not asked):`,
+  ];
+  if (!v.records.length && !v.journal.length) lines.push("  no record and no owed release");
+  for (const x of v.records) {
+    const named = x.cachesNaming.length
+      ? `named by ${x.cachesNaming.join(", ")}`
+      : "named by no result cache";
+    lines.push(
+      `  record ${x.state} ${x.pod ?? "(pod not recorded)"} container ${x.containerId} ifname ` +
+        `${x.ifname} network ${x.network}: ${x.addresses.join(", ") || "(no address yet)"} ` +
+        `(claims ${x.claims.join(", ")}; since ${x.at}); ${named}; journal ${
+          x.journaled ? "owes its release" : "none"
+        }`,
+    );
+  }
+  for (const j of v.journal) {
+    lines.push(
+      `  journal owes ${j.claims.join(", ")} of ${j.pod ?? j.podNamespace ?? "?"} container ` +
+        `${j.containerId} ifname ${j.ifname} (since ${j.since}, ${j.attempts} attempt(s)${
+          j.lastError ? `, last: ${j.lastError}` : ""
+        })`,
+    );
+  }
+  return lines;
 }
 
 /** `no claims`, `1 claim`, `2 claims`. */
@@ -180,12 +227,14 @@ function renderRetainedTable(rows: RetainedRow[]): string[] {
   if (!rows.length) return [];
   const table = [
     ["ADDRESS", "ALLOCATION", "RETAINED SINCE", "LEASE"],
-    ...rows.map((r) => [
-      r.address ?? "(none)",
-      r.allocation,
-      sinceText(r),
-      r.expiring ? leaseText(r) : "not elapsed",
-    ]),
+    ...rows.map((r) =>
+      [
+        r.address ?? "(none)",
+        r.allocation,
+        sinceText(r),
+        r.expiring ? leaseText(r) : "not elapsed",
+      ].map(printable)
+    ),
   ];
   const widths = [0, 1, 2].map((i) => Math.max(...table.map((t) => t[i].length)));
   const expiring = rows.filter((r) => r.expiring).length;

@@ -5,6 +5,7 @@
  */
 import type { State } from "./liveness.ts";
 import type { QuotaUsage } from "./milo_quota.ts";
+import type { PoolRow } from "./show_pools.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** A node's findings, as its reconcile state keeps them. */
@@ -15,7 +16,8 @@ export type ShowQuery =
   | { by: "address"; address: string }
   | { by: "pod"; namespace: string; name: string }
   | { by: "node"; node: string }
-  | { by: "retained" };
+  | { by: "retained" }
+  | { by: "pools" };
 
 /** What the holder's node knows of a claim (only on that node). */
 export interface LocalView {
@@ -81,6 +83,53 @@ export interface ShowReport {
   findings?: Findings;
   /** The project's IPClaim quota as Milo counts it (one GET), or why it is not known. */
   quota?: QuotaUsage;
+  /** `--pools`: each IPPool Milo shows the token, with the utilisation it reports. */
+  pools?: PoolRow[];
+  /**
+   * When Milo could not be asked: what this node itself holds for the query
+   * (its records, journal and caches; lib/show_local.ts) and what was not asked.
+   */
+  node?: NodeView;
   requests: number;
   error: { message: string; details: string } | null;
+}
+
+/** One record of the node: an attachment it holds (`held`) or is adding. */
+export interface LocalRecord {
+  containerId: string;
+  ifname: string;
+  network: string;
+  /** The pod (`namespace/name`) the ADD named; absent in records of releases before 0.2.0. */
+  pod?: string;
+  state: "held" | "adding";
+  claims: string[];
+  addresses: string[];
+  /** When the record was written (the node's clock). */
+  at: string;
+  /** The result cache directories that name the container (none: absent from all). */
+  cachesNaming: string[];
+  journaled: boolean;
+}
+
+/** One release the node's journal owes. */
+export interface LocalOwed {
+  containerId: string;
+  ifname: string;
+  network: string;
+  podNamespace?: string;
+  pod?: string;
+  claims: string[];
+  attempts: number;
+  lastError?: string;
+  /** When the release first failed (the node's clock). */
+  since: string;
+}
+
+/** What the node itself holds for a query, and what could not be asked. */
+export interface NodeView {
+  node: string;
+  /** What the query could not ask, each with why. */
+  unasked: string[];
+  records: LocalRecord[];
+  journal: LocalOwed[];
 }

@@ -25,7 +25,8 @@ import { after } from "./timers.ts";
 /** The command line. */
 export const USAGE = "usage: milo-ipam sweep [--config FILE] [--kubeconfig FILE] [--apply] " +
   "[--grace DURATION] [--interval DURATION] [--termination-grace DURATION] " +
-  "[--node-monitor-grace DURATION] [--max-release N|P%] [--output text|json]";
+  "[--node-monitor-grace DURATION] [--max-release N|P%] [--timeout DURATION] " +
+  "[--request-timeout DURATION] [--output text|json]";
 
 const UNITS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000 };
 
@@ -57,6 +58,15 @@ export interface SweepArgs {
   terminationGraceMs: number;
   nodeMonitorGraceMs: number;
   maxRelease: MaxRelease;
+  /**
+   * The sweep's own budget of one operation (a LIST, Milo's or the API's,
+   * across its pages; one claim's re-check and release), and of one request
+   * (a LIST's answer may pause no longer): default the node config's
+   * `timeouts.totalMs` and `requestMs` for Milo, 120 s and 10 s for the API.
+   * The nodes' ADD deadline is the node config's, whatever these are.
+   */
+  timeoutMs?: number;
+  requestTimeoutMs?: number;
   output: "text" | "json";
 }
 
@@ -69,6 +79,8 @@ const DEFAULTS = {
 };
 const MAX_GRACE_MS = 30 * 86_400_000;
 const MAX_INTERVAL_MS = 3_600_000;
+const MAX_TIMEOUT_MS = 3_600_000;
+const MAX_REQUEST_TIMEOUT_MS = 600_000;
 
 /** Parses the arguments; a bad one throws the usage (exit 1). */
 export function parseSweepArgs(args: string[]): SweepArgs {
@@ -81,6 +93,8 @@ export function parseSweepArgs(args: string[]): SweepArgs {
     "termination-grace": { type: "string" },
     "node-monitor-grace": { type: "string" },
     "max-release": { type: "string" },
+    timeout: { type: "string" },
+    "request-timeout": { type: "string" },
     output: { type: "string", default: "text" },
   });
   const duration = (flag: string, text: string | undefined, fallback: number, max: number) => {
@@ -102,6 +116,21 @@ export function parseSweepArgs(args: string[]): SweepArgs {
   if (values.output !== "text" && values.output !== "json") {
     throw new UsageError(USAGE, `--output ${values.output}: text or json`);
   }
+  const optional = (flag: string, text: string | undefined, max: number) => {
+    if (text === undefined) return undefined;
+    const ms = duration(flag, text, 0, max);
+    if (!ms) throw new UsageError(USAGE, `--${flag} ${text}: more than 0`);
+    return ms;
+  };
+  const timeoutMs = optional("timeout", values.timeout, MAX_TIMEOUT_MS);
+  const requestTimeoutMs = optional(
+    "request-timeout",
+    values["request-timeout"],
+    MAX_REQUEST_TIMEOUT_MS,
+  );
+  if (timeoutMs !== undefined && requestTimeoutMs !== undefined && requestTimeoutMs > timeoutMs) {
+    throw new UsageError(USAGE, "--request-timeout must not exceed --timeout");
+  }
   return {
     config: values.config,
     kubeconfig: values.kubeconfig,
@@ -121,6 +150,8 @@ export function parseSweepArgs(args: string[]): SweepArgs {
       MAX_INTERVAL_MS,
     ),
     maxRelease,
+    ...(timeoutMs ? { timeoutMs } : {}),
+    ...(requestTimeoutMs ? { requestTimeoutMs } : {}),
     output: values.output,
   };
 }
@@ -131,17 +162,39 @@ export interface SweepIo {
   write: (text: string) => void;
   now: () => number;
   sleep: (ms: number) => Promise<void>;
-  /** Opens both clients from the node config and `--kubeconfig` (else in-cluster). */
-  open: (node: NodeConfig, kubeconfig?: string) => Promise<{ milo: MiloClient; kube: KubeClient }>;
+  /**
+   * Opens both clients from the node config and `--kubeconfig` (else
+   * in-cluster), with the sweep's own timeouts when given.
+   */
+  open: (
+    node: NodeConfig,
+    kubeconfig?: string,
+    timeouts?: Timeouts,
+  ) => Promise<{ milo: MiloClient; kube: KubeClient }>;
 }
 
-async function openClients(node: NodeConfig, kubeconfig?: string) {
+/** The sweep's `--timeout` and `--request-timeout`, when given. */
+type Timeouts = Pick<SweepArgs, "timeoutMs" | "requestTimeoutMs">;
+
+/** The budget of one Milo operation and of one request: the sweep's own, else the node's. */
+export function miloTimeouts(node: NodeConfig, t: Timeouts = {}) {
+  return {
+    requestMs: t.requestTimeoutMs ?? node.timeouts.requestMs,
+    operationMs: t.timeoutMs ?? node.timeouts.totalMs,
+  };
+}
+
+async function openClients(node: NodeConfig, kubeconfig?: string, t: Timeouts = {}) {
   const access = kubeconfig
     ? await kubeconfigAccess(kubeconfig)
     : await inClusterAccess((n) => Deno.env.get(n));
-  const t = node.timeouts;
-  const milo = await MiloClient.open(node, t.requestMs, Date.now() + t.totalMs);
-  return { milo, kube: KubeClient.open(access) };
+  const m = miloTimeouts(node, t);
+  const milo = await MiloClient.open(node, m.requestMs, Date.now() + m.operationMs);
+  const kube = KubeClient.open(access, {
+    ...(t.requestTimeoutMs ? { requestMs: t.requestTimeoutMs } : {}),
+    ...(t.timeoutMs ? { operationMs: t.timeoutMs } : {}),
+  });
+  return { milo, kube };
 }
 
 const DEFAULT_IO: SweepIo = {
@@ -167,13 +220,13 @@ export async function sweepCli(args: string[], io: Partial<SweepIo> = {}): Promi
     json = a.output === "json";
     const node = await readNodeConfig(withConfigFlag(a.config, x.env));
     cluster = node.cluster;
-    clients = await x.open(node, a.kubeconfig);
+    clients = await x.open(node, a.kubeconfig, a);
     report = await sweep({
       ...a,
       cluster,
       ...(node.clusterUid ? { clusterUid: node.clusterUid } : {}),
       ...clients,
-      operationMs: node.timeouts.totalMs,
+      operationMs: miloTimeouts(node, a).operationMs,
       now: x.now,
       sleep: x.sleep,
     });

@@ -1,9 +1,10 @@
 /**
  * The report of one `milo-ipam sweep` run: its stable JSON shape (documented
- * in the README), the exit codes, and the text form for a human.
+ * in docs/architecture.md), the exit codes, and the text form for a human.
  */
 import { quotaText, type QuotaUsage } from "./milo_quota.ts";
 import { NODE_MONITOR_GRACE_MS, TERMINATION_GRACE_MS } from "./sweep_rules.ts";
+import { printable, printableLines } from "./printable.ts";
 
 /** Exit codes of `milo-ipam sweep`. */
 export const EXIT = { done: 0, error: 1, brake: 2, partial: 3 } as const;
@@ -44,7 +45,7 @@ export interface ObservationSummary {
   candidates: number;
 }
 
-/** The report of one run: printed as JSON with `--output json` (its fields: the README's Cluster sweep section). */
+/** The report of one run: printed as JSON with `--output json` (its fields: docs/architecture.md's SweepReport). */
 export interface SweepReport {
   kind: "SweepReport";
   version: 1;
@@ -175,16 +176,18 @@ export function renderText(r: SweepReport): string {
   ];
   if (r.rows.length) {
     const head = ["CLAIM", "ADDRESS", "POD", "NODE", "REASON", "AGE", "ACTION", "WHY"];
-    const cells = r.rows.map((w) => [
-      w.claim,
-      w.address ?? "-",
-      w.pod ?? "-",
-      w.node ?? "-",
-      w.reason,
-      w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
-      w.action,
-      w.why,
-    ]);
+    const cells = r.rows.map((w) =>
+      [
+        w.claim,
+        w.address ?? "-",
+        w.pod ?? "-",
+        w.node ?? "-",
+        w.reason,
+        w.ageMs === null ? "-" : formatDuration(Math.max(0, Math.floor(w.ageMs / 1000) * 1000)),
+        w.action,
+        w.why,
+      ].map(printable)
+    );
     const width = head.map((h, i) => Math.max(h.length, ...cells.map((c) => c[i].length)));
     for (const c of [head, ...cells]) {
       lines.push(c.map((v, i) => i === c.length - 1 ? v : v.padEnd(width[i])).join("  "));
@@ -201,5 +204,5 @@ export function renderText(r: SweepReport): string {
     `${r.message} (exit ${r.exitCode})`,
   );
   if (r.error?.details) lines.push(`  ${r.error.details}`);
-  return lines.join("\n") + "\n";
+  return printableLines(lines);
 }

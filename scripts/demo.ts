@@ -10,6 +10,7 @@
  */
 import { parseCommandLine } from "../lib/cli.ts";
 import { KEYS } from "../lib/claims.ts";
+import { DEFAULT_TIMEOUT_FLOORS } from "../lib/network_timeouts.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { DEMO_SEED as SEED, DEMO_TOKEN as TOKEN } from "../testing/seeds.ts";
 import { execCni, type ExecResult } from "./cni_exec.ts";
@@ -36,34 +37,61 @@ const heading = (s: string) => say(`\n== ${s}`);
 /** What every step of the story uses. */
 interface Demo {
   milo: MiloDev;
-  run(pod: Pod, command: string, extra?: Record<string, unknown>, totalMs?: number): Promise<
-    ExecResult
-  >;
+  run(
+    pod: Pod,
+    command: string,
+    extra?: Record<string, unknown>,
+    timeouts?: { requestMs: number; totalMs: number },
+  ): Promise<ExecResult>;
+}
+
+/** Tries of a call answered 11 ("try again later"), as a kubelet retries a pod's sandbox. */
+const TRIES = 5;
+
+/** `d.run` retried while it answers 11, a second apart; answers the last result and its tries. */
+async function retried(
+  d: Demo,
+  pod: Pod,
+  command: string,
+  extra: Record<string, unknown> = {},
+): Promise<ExecResult & { tries: number }> {
+  for (let tries = 1;; tries++) {
+    const r = await d.run(pod, command, extra);
+    if (r.code === 0 || r.json?.code !== 11 || tries === TRIES) return { ...r, tries };
+    await new Promise((done) => setTimeout(done, 1_000));
+  }
 }
 
 /** The network's Network object: what its NAD names, without the uid root pins. */
-const NETWORK = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" };
+const NETWORK = { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc7b3e" };
 /** Root's grant: namespace shop's network claims in that Network's space, uid included. */
 const GRANT = {
   namespace: "shop",
-  network: "vpc-7b3e",
+  network: "vpc7b3e",
   scope: { network: { ...NETWORK, uid: "6f1c0b2e-8d4a-4c1e-9b7a-2e5d3f4a1c90" } },
   classes: ["vpc-pods-ipv4", "vpc-pods-ipv6"],
 };
 
-function netConf(cluster: string, totalMs = 5000) {
+/** Each cluster's VPC attachment, base62 as galactic requires (`internal/cnimaster/config.go`). */
+const ATTACHMENT: Record<string, string> = { "cluster-a": "a1", "cluster-b": "b1" };
+
+/**
+ * The NAD's config as galactic-veth gives it: the network's timeouts are the
+ * node's own (2 s a request, 10 s a call) unless `timeouts` says otherwise.
+ */
+function netConf(cluster: string, timeouts?: { requestMs: number; totalMs: number }) {
   return {
     cniVersion: "1.1.0",
-    name: "vpc-7b3e",
+    name: "vpc7b3e",
     type: "galactic-veth",
-    vpc: "vpc-7b3e",
-    vpcattachment: `vpc-7b3e-${cluster}`,
+    vpc: "7b3e",
+    vpcattachment: ATTACHMENT[cluster],
     ipam: {
       type: "milo-ipam",
       classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" },
       scope: { network: NETWORK },
       gateways: { ipv4: "169.254.1.1", ipv6: "fe80::1" },
-      timeouts: { requestMs: 1000, totalMs },
+      ...(timeouts ? { timeouts } : {}),
     },
   };
 }
@@ -105,7 +133,7 @@ async function installClusters(dir: string, milo: MiloDev): Promise<Record<strin
 }
 
 function runner(installs: Record<string, Installed>): Demo["run"] {
-  return (pod, command, extra = {}, totalMs) =>
+  return (pod, command, extra = {}, timeouts) =>
     execCni(installs[pod.cluster].path, {
       env: {
         CNI_COMMAND: command,
@@ -116,7 +144,7 @@ function runner(installs: Record<string, Installed>): Demo["run"] {
           `IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${pod.name};K8S_POD_UID=${pod.containerId}`,
         NODE_NAME: pod.node,
       },
-      stdin: { ...netConf(pod.cluster, totalMs), ...extra },
+      stdin: { ...netConf(pod.cluster, timeouts), ...extra },
     });
 }
 
@@ -125,24 +153,24 @@ const addresses = (r: Record<string, unknown> | undefined) =>
   ((r?.ips ?? []) as { address: string }[]).map((i) => i.address).join("  ");
 
 async function addAll(d: Demo, pods: Pod[]): Promise<void> {
-  heading(`ADD: ${pods.length} pods on two clusters at once`);
-  const adds = await Promise.all(pods.map((p) => d.run(p, "ADD")));
+  heading(`ADD: ${pods.length} pods on two clusters at once (an ADD answered 11 is retried)`);
+  const adds = await Promise.all(pods.map((p) => retried(d, p, "ADD")));
   adds.forEach((r, i) => {
     pods[i].result = r.json;
     say(
       `${pods[i].cluster}/${pods[i].node}  ${pods[i].name.padEnd(10)}  ${
         r.code === 0 ? addresses(r.json) : describe(r)
-      }  (${Math.round(r.ms)} ms)`,
+      }  (${Math.round(r.ms)} ms${r.tries > 1 ? `, try ${r.tries}` : ""})`,
     );
   });
-  if (adds.some((r) => r.code !== 0)) throw new Error("an ADD failed; see above");
+  if (adds.some((r) => r.code !== 0)) throw new Error("an ADD failed after its retries; see above");
   const v4 = adds.map((r) => ((r.json?.ips ?? []) as { address: string }[])[0]?.address);
   say(`distinct IPv4 addresses: ${new Set(v4).size} of ${pods.length}`);
 }
 
 async function checks(d: Demo, pods: Pod[]): Promise<void> {
   heading("CHECK every pod against Milo");
-  const all = await Promise.all(pods.map((p) => d.run(p, "CHECK", { prevResult: p.result })));
+  const all = await Promise.all(pods.map((p) => retried(d, p, "CHECK", { prevResult: p.result })));
   say(`${all.filter((r) => r.code === 0).length}/${pods.length} CHECK ok`);
 
   heading("A lease is deleted behind the plugin's back; CHECK catches it");
@@ -157,14 +185,19 @@ async function checks(d: Demo, pods: Pod[]): Promise<void> {
   );
   await del.body?.cancel();
   say(`DELETE ${claim.metadata.name} directly in Milo: HTTP ${del.status}`);
-  const caught = await d.run(victim, "CHECK", { prevResult: victim.result });
+  const caught = await retried(d, victim, "CHECK", { prevResult: victim.result });
   say(`CHECK ${victim.name}: ${JSON.stringify(caught.json)}`);
 }
 
 async function deletes(d: Demo, pods: Pod[]): Promise<void> {
   heading("DEL: four pods go away (each DEL sent twice, as runtimes may)");
+  say(
+    "a galactic network's claims are Retain: Milo keeps each released address retained for its " +
+      "attachment until the class's retentionLease (5m here) ends, while galactic may still " +
+      "announce it",
+  );
   for (const p of [pods[0], ...pods.slice(4, 7)]) {
-    const a = await d.run(p, "DEL"), b = await d.run(p, "DEL");
+    const a = await retried(d, p, "DEL"), b = await retried(d, p, "DEL");
     say(`DEL ${p.name}: ${describe(a)}, again: ${describe(b)}`);
   }
 }
@@ -173,10 +206,16 @@ async function outage(d: Demo): Promise<void> {
   heading("Milo outage: the plugin fails fast and bounded, never allocates locally");
   await d.milo.setFaults({ down: true });
   const newcomer: Pod = { ...NODES[0], name: "web-late", containerId: "late" + Date.now() };
-  const down = await d.run(newcomer, "ADD", {}, 2000);
-  say(`ADD during outage (totalMs 2000): ${describe(down)} after ${Math.round(down.ms)} ms`);
+  // The network's timeouts at the node's floor: the fastest a network may give up on Milo.
+  const floor = DEFAULT_TIMEOUT_FLOORS;
+  const down = await d.run(newcomer, "ADD", {}, floor);
+  say(
+    `ADD during outage (the node's floor: totalMs ${floor.totalMs}): ${describe(down)} after ${
+      Math.round(down.ms)
+    } ms`,
+  );
   await d.milo.clearFaults();
-  const back = await d.run(newcomer, "ADD");
+  const back = await retried(d, newcomer, "ADD");
   say(`ADD retried after Milo is back: ${describe(back)} ${addresses(back.json)}`);
 }
 
@@ -205,7 +244,6 @@ async function inventory(milo: MiloDev): Promise<void> {
       } allocated ${c.allocated} of ${c.total} (${p.status.utilizationPercent}%)`,
     );
   }
-  say(`\npage: ${milo.url}/`);
 }
 
 const USAGE = `usage: deno task demo [--keep]
@@ -215,19 +253,23 @@ outage as a runtime would, prints Milo's inventory, and cleans up.
 
   --keep   leave milo-dev running (its utilization page) until Ctrl-C`;
 
-async function main(): Promise<void> {
+async function main(): Promise<number> {
   const p = parseCommandLine("demo", Deno.args, {
     usage: USAGE,
     options: { keep: { type: "boolean", default: false } },
   });
-  if ("exit" in p) Deno.exit(p.exit);
+  if ("exit" in p) return p.exit;
   const values = p.values as { keep: boolean };
   const dir = await Deno.makeTempDir({ prefix: "milo-ipam-demo-" });
   const milo = await startMiloDev({ seed: SEED });
   try {
     heading("Milo");
     say(`milo-dev (development server, not a production backend) at ${milo.url}`);
-    say(`utilization page: ${milo.url}/`);
+    say(
+      values.keep
+        ? `utilization page: ${milo.url}/ (kept running after the story: --keep)`
+        : "it stops when the demo ends (--keep leaves it running, with its utilization page)",
+    );
     const d: Demo = { milo, run: runner(await installClusters(dir, milo)) };
     const pods: Pod[] = NODES.flatMap((n, i) =>
       Array.from({ length: 3 }, (_, j) => ({
@@ -242,15 +284,20 @@ async function main(): Promise<void> {
     await outage(d);
     await inventory(milo);
     if (values.keep) {
-      say("milo-dev keeps running; Ctrl-C to stop and clean up.");
+      say(`\nmilo-dev keeps running at ${milo.url}/ ; Ctrl-C to stop and clean up.`);
       const { promise, resolve } = Promise.withResolvers<void>();
       Deno.addSignalListener("SIGINT", () => resolve());
       await promise;
     }
+    say("\ndemo done; milo-dev stopped, the temp dir removed");
+    return 0;
+  } catch (err) {
+    console.error(`demo failed: ${err instanceof Error ? err.message : String(err)}`);
+    return 1;
   } finally {
     await milo.stop();
     await Deno.remove(dir, { recursive: true });
   }
 }
 
-await main();
+Deno.exit(await main());

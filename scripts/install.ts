@@ -125,8 +125,8 @@ export async function install(o: InstallOptions): Promise<Installed> {
     }
     await Deno.remove(tmp).catch(() => {});
     if (mode === "compile") throw new Error(`deno compile failed:\n${compiled.output}`);
-    compileUnavailable = firstLine(compiled.output);
-    say(`deno compile unavailable (${firstLine(compiled.output)}); writing a launcher instead`);
+    compileUnavailable = compileFailure(compiled.output);
+    say(`deno compile unavailable (${compileUnavailable}); writing a launcher instead`);
   }
   const deno = o.denoPath ? resolve(o.denoPath) : join(support, "deno");
   if (!o.denoPath) await writeAtomic(deno, await Deno.readFile(Deno.execPath()), 0o755);
@@ -141,9 +141,25 @@ export async function install(o: InstallOptions): Promise<Installed> {
   return { path: target, kind: "launcher", flags, warnings };
 }
 
-function firstLine(text: string): string {
-  const lines = text.split("\n").map((l) => l.trim());
-  return lines.find((l) => /error/i.test(l)) ?? lines.find((l) => l) ?? "no output";
+/**
+ * Why `deno compile` failed, in one line: its error, the step it names first
+ * and the root cause of its "Caused by" chain, and the URL it was fetching
+ * (denort, where no DENORT_BIN names one), rather than the error line alone,
+ * which names only a temporary file.
+ */
+export function compileFailure(text: string): string {
+  // deno-lint-ignore no-control-regex
+  const lines = text.replace(/\x1b\[[0-9;]*m/g, "").split("\n").map((l) => l.trim());
+  const error = lines.find((l) => /^error\b/i.test(l)) ?? lines.find((l) => l) ?? "no output";
+  const from = lines.indexOf("Caused by:");
+  const to = lines.indexOf("Stack backtrace:", from);
+  const causedBy = from < 0 ? [] : lines.slice(from + 1, to < 0 ? undefined : to);
+  const chain = causedBy.flatMap((l) => /^\d+: (.+)$/.exec(l)?.[1] ?? []);
+  const url = chain.join(" ").match(/\bfor url \((\S+?)\)/)?.[1];
+  const causes = [...new Set([chain[0], chain.at(-1)].filter(Boolean))]
+    .map((c) => c!.replace(/ for url \(\S+?\)/, "").replace(/\.$/, ""));
+  return [error, ...causes].join(": ") + (url ? ` (fetching ${url})` : "") +
+    (url?.includes("denort") ? "; set DENORT_BIN to a denort of this Deno release" : "");
 }
 
 if (import.meta.main) {

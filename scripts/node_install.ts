@@ -353,7 +353,8 @@ export interface Uninstalled {
 /**
  * Removes what `install` wrote: the plugin and its support directory, the
  * node config, token and CA, the state directory and the log. Refused while
- * the agent's socket is there (the DaemonSet still runs), while the node's
+ * an agent answers on its socket (the DaemonSet still runs; a socket nothing
+ * answers, a crashed agent's, is removed), while the node's
  * record holds a lease (a pod on a milo-ipam network), or while the release
  * journal owes a release (removing it would leak the address).
  */
@@ -367,11 +368,18 @@ export async function nodeUninstall(o: { dir: string; nodeConfig: string }): Pro
   }
   const values = JSON.parse(text);
   const node = validate(values, o.nodeConfig);
-  if (await Deno.lstat(node.agent.socket).then(() => true, () => false)) {
-    throw new Refused(
-      `an agent socket is on this node (${node.agent.socket}): delete the milo-ipam-agent ` +
-        "DaemonSet first (a socket left by a crashed agent: remove it by hand)",
-    );
+  const stale: string[] = [];
+  const socket = await Deno.lstat(node.agent.socket).then((s) => s, () => null);
+  if (socket) {
+    if (!socket.isSocket || await answers(node.agent.socket)) {
+      throw new Refused(
+        `an agent answers on this node's socket (${node.agent.socket}): delete the ` +
+          "milo-ipam-agent DaemonSet first",
+      );
+    }
+    // A crashed agent's socket, which nothing answers: its agent is gone.
+    await Deno.remove(node.agent.socket);
+    stale.push(node.agent.socket);
   }
   const held = new Holdings(node.stateDir).all();
   if (held.length) {
@@ -400,13 +408,29 @@ export async function nodeUninstall(o: { dir: string; nodeConfig: string }): Pro
     node.stateDir,
     o.nodeConfig,
   ];
-  const removed = await removeAll(files);
+  const removed = [...stale, ...await removeAll(files)];
   for (
     const d of [dirname(node.log.file), dirname(node.agent.socket), dirname(node.milo.tokenFile)]
   ) {
     await Deno.remove(d).then(() => removed.push(d), () => {}); // only when left empty
   }
   return { removed };
+}
+
+/**
+ * Whether a process listens on the unix socket at `path`: a connection is
+ * taken (a live agent), or refused (a socket its crashed agent left).
+ */
+async function answers(path: string): Promise<boolean> {
+  try {
+    (await Deno.connect({ transport: "unix", path })).close();
+    return true;
+  } catch (err) {
+    if (err instanceof Deno.errors.ConnectionRefused || err instanceof Deno.errors.NotFound) {
+      return false;
+    }
+    throw new Refused(`cannot tell whether an agent answers on ${path}: ${errorText(err)}`);
+  }
 }
 
 async function removeAll(paths: string[]): Promise<string[]> {

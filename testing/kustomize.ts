@@ -13,13 +13,79 @@ import { loadAll } from "js-yaml";
 import { createHash } from "node:crypto";
 import { basename, join, resolve } from "node:path";
 
-// deno-lint-ignore no-explicit-any
-type Any = any;
+/** An object of a YAML document, as read. */
+type Obj = Record<string, unknown>;
 
-/** One rendered object. */
-export type Resource = Record<string, Any>;
+/** One rendered object: its kind and name, and the rest as the YAML says. */
+export interface Resource {
+  apiVersion?: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; [key: string]: unknown };
+  [key: string]: unknown;
+}
 
-const KNOWN = new Set(["apiVersion", "kind", "resources", "images", "configMapGenerator"]);
+/** An entry of `images`. */
+interface Image {
+  name: string;
+  newName?: string;
+  newTag?: string;
+  digest?: string;
+}
+
+/** An entry of `configMapGenerator`. */
+interface Generator {
+  name: string;
+  namespace?: string;
+  behavior?: string;
+  files?: string[];
+  literals?: string[];
+}
+
+/** A kustomization (or a Component) as deploy/ writes them. */
+interface Kustomization {
+  kind?: string;
+  resources?: string[];
+  components?: string[];
+  images?: Image[];
+  configMapGenerator?: Generator[];
+}
+
+/** A container of a pod template. */
+interface Container {
+  name?: string;
+  image?: string;
+  env?: { valueFrom?: { configMapKeyRef?: { name?: string } } }[];
+  envFrom?: { configMapRef?: { name?: string } }[];
+  [key: string]: unknown;
+}
+
+/** A pod template's spec, the fields read here. */
+interface PodSpec {
+  initContainers?: Container[];
+  containers?: Container[];
+  volumes?: {
+    configMap?: { name?: string };
+    projected?: { sources?: { configMap?: { name?: string } }[] };
+  }[];
+}
+
+/** The value at `path` under `v`, when every step is an object. */
+function at(v: unknown, ...path: string[]): unknown {
+  let x = v;
+  for (const k of path) x = x && typeof x === "object" ? (x as Obj)[k] : undefined;
+  return x;
+}
+
+const KNOWN = new Set([
+  "apiVersion",
+  "kind",
+  "resources",
+  "components",
+  "images",
+  "configMapGenerator",
+]);
+/** What a Component (`kind: Component`) may hold here: images, as a kustomization's. */
+const COMPONENT_KNOWN = new Set(["apiVersion", "kind", "images"]);
 const GENERATOR_KEYS = new Set(["name", "namespace", "behavior", "files", "literals"]);
 
 /** A generated ConfigMap, before its name gets the hash suffix. */
@@ -43,7 +109,7 @@ export function kustomize(dir: string): Resource[] {
 }
 
 function build(dir: string): { resources: Resource[]; generated: Generated[] } {
-  const k = loadAll(Deno.readTextFileSync(join(dir, "kustomization.yaml")))[0] as Any;
+  const k = loadAll(Deno.readTextFileSync(join(dir, "kustomization.yaml")))[0] as Kustomization;
   for (const key of Object.keys(k)) {
     if (!KNOWN.has(key)) throw new Error(`${dir}: kustomization field ${key} is not rendered here`);
   }
@@ -87,29 +153,50 @@ function build(dir: string): { resources: Resource[]; generated: Generated[] } {
       resources.push(cm);
     } else if (behavior === "replace" || behavior === "merge") {
       if (!same) throw new Error(`${dir}: no ConfigMap ${g.name} to ${behavior}`);
-      same.cm.data = behavior === "replace" ? data : { ...same.cm.data, ...data };
+      same.cm.data = behavior === "replace" ? data : { ...(same.cm.data as Obj), ...data };
     } else {
       throw new Error(`${dir}: configMapGenerator behavior ${behavior}`);
     }
   }
-  for (const image of k.images ?? []) {
+  // A component's images apply to what the kustomization that names it has gathered.
+  const images = [...(k.images ?? [])];
+  for (const c of k.components ?? []) images.push(...component(resolve(dir, c)).images);
+  for (const image of images) {
     for (const r of resources) for (const c of containersOf(r)) setImage(c, image);
   }
   return { resources, generated };
 }
 
-/** Every container (init containers too) of a resource's pod template. */
-export function containersOf(r: Resource): Any[] {
+/** A Component's fields, refusing any this renderer does not render. */
+function component(dir: string): { images: Image[] } {
+  const k = loadAll(Deno.readTextFileSync(join(dir, "kustomization.yaml")))[0] as Kustomization;
+  if (k.kind !== "Component") throw new Error(`${dir}: a component is kind Component`);
+  for (const key of Object.keys(k)) {
+    if (!COMPONENT_KNOWN.has(key)) {
+      throw new Error(`${dir}: component field ${key} is not rendered here`);
+    }
+  }
+  return { images: k.images ?? [] };
+}
+
+/** A resource's pod template spec, if it has one. */
+function podSpecOf(r: Resource): PodSpec | undefined {
   const spec = r.kind === "CronJob"
-    ? r.spec?.jobTemplate?.spec?.template?.spec
+    ? at(r, "spec", "jobTemplate", "spec", "template", "spec")
     : r.kind === "Pod"
-    ? r.spec
-    : r.spec?.template?.spec;
+    ? at(r, "spec")
+    : at(r, "spec", "template", "spec");
+  return spec && typeof spec === "object" ? spec as PodSpec : undefined;
+}
+
+/** Every container (init containers too) of a resource's pod template. */
+export function containersOf(r: Resource): Container[] {
+  const spec = podSpecOf(r);
   return spec ? [...(spec.initContainers ?? []), ...(spec.containers ?? [])] : [];
 }
 
 /** The images transformer: a container whose image's name matches gets the new name, tag, digest. */
-function setImage(c: Any, image: Any): void {
+function setImage(c: Container, image: Image): void {
   const m = /^([^@]+?)(?::([\w][\w.-]*))?(?:@(.+))?$/.exec(c.image ?? "");
   if (!m || m[1] !== image.name) return;
   const tag = image.newTag ?? m[2];
@@ -143,10 +230,8 @@ function sha256Hex(text: string): string {
 function renameConfigMapRefs(r: Resource, renamed: Map<string, string>): void {
   const ns = r.metadata?.namespace ?? "";
   const to = (name: string) => renamed.get(`${ns}/${name}`) ?? name;
-  const spec = r.kind === "CronJob"
-    ? r.spec?.jobTemplate?.spec?.template?.spec
-    : r.spec?.template?.spec;
-  if (!spec) return;
+  const spec = podSpecOf(r);
+  if (!spec || r.kind === "Pod") return;
   for (const v of spec.volumes ?? []) {
     if (v.configMap?.name) v.configMap.name = to(v.configMap.name);
     for (const s of v.projected?.sources ?? []) {

@@ -16,7 +16,7 @@ import { Journal } from "../lib/journal.ts";
 import { API_PATH } from "../lib/milo.ts";
 import { type Json, STUB_BASE, StubMilo, type WireClaim } from "./stub_milo.ts";
 
-/** A default network config: dual-stack, as the README's Galactic example. */
+/** A default network config: dual-stack, as docs/galactic.md's example. */
 export const NET_CONF: Json = {
   cniVersion: "1.1.0",
   name: "vpc-7b3e",

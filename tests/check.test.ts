@@ -162,7 +162,7 @@ Deno.test("CHECK without prevResult compares only Milo's claims", async () => {
 Deno.test("CHECK: both mismatches reported together; Milo down is 11", async () => {
   const both = await checkWith(PREV, () => Promise.resolve());
   const e = await failure(both, 104, /missing/);
-  assert.match(e.details, new RegExp(`${NAME_V4}.*${NAME_V6}`));
+  assert.match(`${e.message} ${e.details}`, new RegExp(`${NAME_V4}.*${NAME_V6}`));
   const down = await checkWith(PREV, (stub) => {
     stub.inject({ times: Number.POSITIVE_INFINITY, answer: () => refused() });
     return Promise.resolve();

@@ -42,6 +42,12 @@ const COMMANDS: [string, (args: string[]) => ReturnType<typeof deno>, RegExp][] 
   ],
   ["milo-ipam sweep", (a) => run("main.ts")(["sweep", ...a]), /^usage: milo-ipam sweep/],
   ["milo-ipam show", (a) => run("main.ts")(["show", ...a]), /^usage: milo-ipam show/],
+  ["milo-ipam release", (a) => run("main.ts")(["release", ...a]), /^usage: milo-ipam release/],
+  [
+    "milo-ipam decommission",
+    (a) => run("main.ts")(["decommission", ...a]),
+    /^usage: milo-ipam decommission/,
+  ],
   ["milo-ipam version", (a) => run("main.ts")(["version", ...a]), /^usage: milo-ipam version/],
   ["deno task install", run("scripts/install.ts"), /^usage: deno task install/],
   ["deno task demo", run("scripts/demo.ts"), /^usage: deno task demo/],

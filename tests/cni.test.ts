@@ -65,3 +65,17 @@ Deno.test("result encoding per version: legacy carries ips[].version, none carri
     dns: {},
   });
 });
+
+Deno.test("env: a control or format character in an interface name is refused at ADD, taken by DEL and CHECK", () => {
+  const env = (vars: Record<string, string>) => (k: string) => vars[k];
+  const vars = { CNI_CONTAINERID: "c", CNI_IFNAME: "e\x1bth0", CNI_NETNS: "/x" };
+  throwsCni(() => readCniEnv(env({ ...vars, CNI_COMMAND: "ADD" })), 4, /CNI_IFNAME.*\\u001b/);
+  throwsCni(
+    () => readCniEnv(env({ ...vars, CNI_COMMAND: "ADD", CNI_IFNAME: "eth\u202e0" })),
+    4,
+    /control or format character/,
+  );
+  for (const verb of ["DEL", "CHECK"]) {
+    assert.equal(readCniEnv(env({ ...vars, CNI_COMMAND: verb })).ifname, "e\x1bth0");
+  }
+});

@@ -329,3 +329,10 @@ Deno.test("config: GC needs the attachment list (or its older name); CHECK parse
   );
   assert.equal(chk.prevResult?.get("ipv4")?.[0].ip, "10.0.0.1");
 });
+
+Deno.test("config: a control or format character in the network name is refused at ADD, taken by DEL", () => {
+  const n = node();
+  const hostile = conf({}, { name: "net\r\n  holder   pod shop/web-0" });
+  throwsCni(() => parseNetConf(hostile, n, "ADD"), 7, /field name: has a control/);
+  assert.equal(parseNetConf(hostile, n, "DEL").name, "net\r\n  holder   pod shop/web-0");
+});

@@ -141,6 +141,7 @@ Deno.test("DEL against 5xx: code 11 after bounded retries, the claims journaled"
       network: "vpc-7b3e",
       host: i.attachment.host,
       podNamespace: "shop",
+      pod: "shop/web-0",
       containerId: CONTAINER_ID,
       ifname: "eth0",
       created: now,
@@ -475,4 +476,36 @@ Deno.test("DEL that fails before it reaches Milo (token or CA unreadable) journa
       });
     },
   );
+});
+
+Deno.test("DEL with Milo unreachable: one short error (Milo's host once, details bounded), the journal named", async () => {
+  await withStub(async (stub, inv, dir) => {
+    await Deno.writeTextFile(`${dir}/token`, "stub-token-8c1d2e\n");
+    const a = inv();
+    await add({ ...a, env: { ...a.env, command: "ADD" } });
+    // Deno's words for a refused connection quote the whole URL of the request.
+    stub.inject({
+      times: Infinity,
+      answer: (req) => {
+        throw new TypeError(
+          `error sending request for url (${STUB_BASE}${req.path}): client error (Connect): ` +
+            "tcp connect error: Connection refused (os error 111)",
+        );
+      },
+    });
+    const node = { milo: { url: STUB_BASE, tokenFile: `${dir}/token` } };
+    const r = await invokeDel(stub, dir, node);
+    assert.equal(r.stdout?.code, 11);
+    const json = JSON.stringify(r.stdout);
+    assert.ok(json.length <= 1024, `${json.length} bytes: ${json}`);
+    assert.equal(json.split("milo.test").length - 1, 1, `Milo's host once: ${json}`);
+    assert.doesNotMatch(json, /resourcemanager/, "the URL's base is not quoted");
+    assert.match(String(r.stdout?.msg), new RegExp(`release of claim ${NAME_V4} failed`));
+    assert.match(String(r.stdout?.details), /Connection refused \(os error 111\)/);
+    assert.match(
+      String(r.stdout?.details),
+      new RegExp(`also \\[11\\] .*${NAME_V6}.*\\(the same\\)`),
+    );
+    assert.match(String(r.stdout?.details), /; journaled for release by milo-ipam reconcile \(/);
+  });
 });

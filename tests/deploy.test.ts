@@ -29,12 +29,18 @@ import {
 import { KubeClient } from "../lib/kube.ts";
 import { Metrics } from "../lib/metrics.ts";
 import { isInside } from "../lib/permissions.ts";
+import { parseSweepArgs } from "../lib/sweep_cli.ts";
+import { SETTLE_MS } from "../lib/sweep_rules.ts";
 import { RELEASE } from "../lib/version.ts";
 import { planSandbox, supportDir } from "../scripts/sandbox.ts";
-import { containersOf, kustomize, type Resource } from "../testing/kustomize.ts";
+import { containersOf, kustomize as render } from "../testing/kustomize.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
+/** A rendered object, read here as the manifests spell it. */
+type Resource = Any;
+/** The objects of a kustomization, as `kubectl kustomize` renders them. */
+const kustomize = (dir: string): Resource[] => render(dir);
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const DEPLOY = `${ROOT}deploy/`;
@@ -201,13 +207,11 @@ Deno.test("deploy: one image for the kit, pinned by this release and a digest; t
   assert.equal(cm.data["ca.crt"], Deno.readTextFileSync(`${OVERLAY}/ca.crt`));
   const volume = (spec: Any) => spec.volumes.find((v: Any) => v.name === "config").configMap.name;
   for (const { spec } of pods(rendered())) assert.equal(volume(spec), cm.metadata.name);
-  const froms = Deno.readTextFileSync(`${DEPLOY}Containerfile`).split("\n")
-    .filter((l) => /^FROM\s/i.test(l));
-  assert.equal(froms.length, 2, "a build stage and the image");
-  for (const f of froms) {
-    assert.match(f, /^FROM \S+:[\w.-]+@sha256:(?:[0-9a-f]{64}|<fill>)(?: AS \w+)?$/, f);
-  }
-  assert.equal(froms[0].replace(/ AS \w+$/, ""), froms[1], "both stages on the same base");
+  const file = Deno.readTextFileSync(`${DEPLOY}Containerfile`);
+  const froms = file.split("\n").filter((l) => /^FROM\s/i.test(l));
+  assert.deepEqual(froms, ["FROM ${DEBIAN} AS build", "FROM ${DEBIAN}"], "both stages on one base");
+  assert.match(file, /^ARG DEBIAN=docker\.io\/library\/debian:12-slim$/m, "one base, by argument");
+  assert.doesNotMatch(file, /<fill>/, "nothing to fill in before it builds");
 });
 
 Deno.test("deploy: every container drops privileges: no escalation, no capability, read-only root, RuntimeDefault seccomp", () => {
@@ -240,8 +244,14 @@ Deno.test("deploy: every container drops privileges: no escalation, no capabilit
   // the agent's install's one GET of the kube-system namespace from the API server.
   for (const { where, c } of containers(docs).filter(({ c }) => c.command[0].endsWith("/deno"))) {
     const flags = c.command.filter((a: string) => a.startsWith("--"));
+    // The uninstall asks the agent's socket alone whether an agent still answers there.
+    const socket = `--allow-net=unix:${
+      JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)).agent.socket
+    }`;
     const net = where === "DaemonSet/milo-ipam-agent install"
       ? ["--allow-net=$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"]
+      : where === "DaemonSet/milo-ipam-uninstall uninstall"
+      ? [socket]
       : [];
     assert.deepEqual(flags.filter((f: string) => f.startsWith("--allow-net")), net, where);
     assert.ok(
@@ -453,7 +463,7 @@ Deno.test("deploy: probes and the scrape port are where the node config puts the
       "MiloIpamReconcileBrake",
       "MiloIpamMiloThrottling",
       "MiloIpamCode11Rate",
-      "MiloIpamPoolOrQuotaExhausted",
+      "MiloIpamPoolExhausted",
       "MiloIpamSweepFailed",
     ]
   ) assert.ok(alerts.includes(a), `alert ${a}`);
@@ -465,24 +475,42 @@ Deno.test("deploy: probes and the scrape port are where the node config puts the
   }
 });
 
-Deno.test("deploy: the Containerfile builds the image's files from checksum-verified Deno and denort", () => {
+Deno.test("deploy: the Containerfile builds for amd64 and arm64 by argument, from checksum-verified Deno", () => {
   const text = Deno.readTextFileSync(`${DEPLOY}Containerfile`).replace(/\\\n\s*/g, "");
   const lines = text.split("\n");
   const installTs = Deno.readTextFileSync(`${ROOT}scripts/install.ts`);
   const pinned = installTs.match(/const DENO_VERSION = "([^"]+)"/)?.[1];
   assert.ok(lines.includes(`ARG DENO_VERSION=${pinned}`), "the Deno the install requires");
-  for (const a of ["DENO_SHA256", "DENORT_SHA256"]) {
-    assert.ok(lines.some((l) => new RegExp(`^ARG ${a}=\\S+$`).test(l)), a);
+  assert.ok(lines.includes("ARG TARGETARCH=amd64"), "the architecture is the build's platform");
+  // Deno from the npm registry's package of each architecture, its sha512 (the registry's
+  // dist.integrity of that release) checked before it is unpacked.
+  for (const a of ["AMD64", "ARM64"]) {
+    assert.ok(lines.some((l) => new RegExp(`^ARG DENO_SHA512_${a}=[0-9a-f]{128}$`).test(l)), a);
   }
-  const fetch = lines.find((l) => l.includes("sha256sum -c")) ?? "";
-  for (const part of ["deno-x86_64-unknown-linux-gnu.zip", "denort-x86_64-unknown-linux-gnu.zip"]) {
-    assert.ok(fetch.includes(`curl -fsSLO --proto '=https' "$base/${part}"`), `fetches ${part}`);
-  }
+  const fetch = lines.find((l) => l.includes("sha512sum -c")) ?? "";
+  assert.match(fetch, /amd64\) pkg=linux-x64-glibc; sum="\$DENO_SHA512_AMD64"/);
+  assert.match(fetch, /arm64\) pkg=linux-arm64-glibc; sum="\$DENO_SHA512_ARM64"/);
   assert.match(
     fetch,
-    /printf '%s {2}%s\\n' "\$DENO_SHA256" deno-\S+\.zip "\$DENORT_SHA256" denort-\S+\.zip \| sha256sum -c -; unzip/,
-    "both checked before either is unpacked",
+    /\*\) echo "TARGETARCH \$TARGETARCH: [^"]*" >&2; exit 1/,
+    "no other architecture",
   );
+  assert.ok(
+    fetch.includes(
+      `curl -fsSL --proto '=https' -o /tmp/deno.tgz "https://registry.npmjs.org/@deno/$pkg/-/$pkg-\${DENO_VERSION}.tgz"`,
+    ),
+    fetch,
+  );
+  assert.match(
+    fetch,
+    /printf '%s {2}%s\\n' "\$sum" \/tmp\/deno\.tgz \| sha512sum -c -; tar -xzf/,
+    "checked before it is unpacked",
+  );
+  // denort: the one deno compile fetches for the target, recorded, and checked when pinned.
+  const denort = lines.find((l) => l.includes("denort-*.zip")) ?? "";
+  assert.match(denort, /if \[ -n "\$DENORT_SHA256" \] && \[ "\$sha" != "\$DENORT_SHA256" \]/);
+  assert.match(denort, /> \/out\/milo-ipam\/DENORT\.sha256/);
+  assert.ok(text.indexOf("ENV DENORT_BIN=") > text.indexOf("denort-*.zip"), "then compile uses it");
   assert.ok(text.includes("deno run --allow-all scripts/image.ts --out /out/milo-ipam"));
   const image = text.slice(text.lastIndexOf("\nFROM "));
   assert.doesNotMatch(image, /curl|wget|apt-get|deno (task|run|cache|compile)/, "fetches nothing");
@@ -507,7 +535,111 @@ Deno.test("deploy: the Containerfile builds the image's files from checksum-veri
     );
   }
   assert.ok(commands.includes("/opt/cni/bin/milo-ipam agent"));
-  assert.ok(commands.includes("/work/bin/milo-ipam sweep --apply --output json"));
+  assert.ok(
+    commands.includes(
+      "/work/bin/milo-ipam sweep --apply --output=json --timeout=5m --request-timeout=30s",
+    ),
+  );
+});
+
+Deno.test("deploy: every kustomization of deploy/ renders, each object once", () => {
+  const found: string[] = [], components: string[] = [];
+  const walk = (dir: string) => {
+    for (const e of Deno.readDirSync(DEPLOY + dir)) {
+      if (e.isDirectory) walk(`${dir}${e.name}/`);
+      else if (e.name === "kustomization.yaml") {
+        const kind = (loadAll(Deno.readTextFileSync(`${DEPLOY}${dir}${e.name}`))[0] as Any).kind;
+        (kind === "Component" ? components : found).push(dir.replace(/\/$/, ""));
+      }
+    }
+  };
+  walk("");
+  assert.deepEqual(found.sort(), [...KUSTOMIZATIONS].sort(), "each kustomization is rendered here");
+  assert.deepEqual(components, ["overlays/cluster-a/image"], "the cluster's image, named once");
+  for (const k of KUSTOMIZATIONS) {
+    const docs = kustomize(DEPLOY + k);
+    assert.ok(docs.length, `${k} renders objects`);
+    const keys = docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ""}/${d.metadata.name}`);
+    assert.equal(new Set(keys).size, keys.length, `${k}: ${keys}`);
+    for (const d of docs) {
+      const Model = MODELS[d.kind];
+      if (Model) new Model(d).validate();
+      else assert.equal(k, "monitoring", `${k}: ${d.kind} has no schema model here`);
+    }
+  }
+});
+
+Deno.test("deploy: every pod goes to Linux nodes of the architectures the image is built for; the image is named once per cluster", () => {
+  const file = Deno.readTextFileSync(`${DEPLOY}Containerfile`).replace(/\\\n\s*/g, "");
+  const built = [...file.matchAll(/ (\w+)\) pkg=linux-/g)].map(([, a]) => a).sort();
+  assert.deepEqual(built, ["amd64", "arm64"]);
+  for (const { where, spec } of pods([...rendered(), ...uninstallRendered()])) {
+    const terms = spec.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution
+      ?.nodeSelectorTerms;
+    assert.equal(terms?.length, 1, `${where}: one required node selector term`);
+    const by = Object.fromEntries(
+      terms[0].matchExpressions.map((e: Any) => [e.key, [e.operator, [...e.values].sort()]]),
+    );
+    assert.deepEqual(by, {
+      "kubernetes.io/os": ["In", ["linux"]],
+      "kubernetes.io/arch": ["In", built],
+    }, where);
+  }
+  // The overlay and its uninstall take the one image component; neither names an image itself.
+  for (const k of ["overlays/cluster-a", "overlays/cluster-a/uninstall"]) {
+    const y = loadAll(Deno.readTextFileSync(`${DEPLOY}${k}/kustomization.yaml`))[0] as Any;
+    assert.equal(y.images, undefined, `${k} names no image`);
+    assert.equal(y.components.length, 1, k);
+  }
+});
+
+/** The period of a schedule of every N minutes, in seconds. */
+function everyS(schedule: string): number {
+  const m = /^\*\/(\d+) \* \* \* \*$/.exec(schedule);
+  assert.ok(m, `schedule ${schedule} is every N minutes`);
+  return Number(m[1]) * 60;
+}
+
+Deno.test("deploy: the sweep has its own timeouts and schedule, sized for 5,000 nodes; the nodes' ADD deadline is untouched", () => {
+  const cron = find(rendered(), "CronJob", "milo-ipam-sweep");
+  const job = cron.spec.jobTemplate.spec;
+  const [sweep] = job.template.spec.containers;
+  assert.deepEqual(sweep.command.slice(0, 2), ["/work/bin/milo-ipam", "sweep"]);
+  const a = parseSweepArgs(sweep.command.slice(2));
+  assert.equal(a.apply, true);
+  // A LIST of 300,000 claims (one answer of some 450 MB) took 35-69 s on 2 cores
+  // (bench/README.md): its own budget, with room for a slower Milo.
+  assert.equal(a.timeoutMs, 300_000, "--timeout");
+  assert.equal(a.requestTimeoutMs, 30_000, "--request-timeout");
+  const node = parseNodeConfig(
+    { ...JSON.parse(Deno.readTextFileSync(`${OVERLAY}/node.json`)), node: "n" },
+    "node.json",
+  );
+  assert.deepEqual(
+    [node.timeouts.requestMs, node.timeouts.totalMs],
+    [2_000, 10_000],
+    "the nodes' ADD deadline is the node config's, not the sweep's",
+  );
+  // A run whose every operation takes its whole --timeout ends within activeDeadlineSeconds:
+  // the install, two observations (the API's lists, then Milo's LIST), the wait between them,
+  // the wait for a pod gone from a Ready node, and the re-checks and releases.
+  const installS = 60;
+  const worstS = installS + 2 * 2 * a.timeoutMs! / 1000 +
+    Math.max(a.intervalMs, a.nodeMonitorGraceMs) / 1000 +
+    (a.terminationGraceMs + SETTLE_MS) / 1000 + a.timeoutMs! / 1000;
+  assert.ok(job.activeDeadlineSeconds >= worstS, `${job.activeDeadlineSeconds} s < ${worstS} s`);
+  assert.ok(
+    job.activeDeadlineSeconds < everyS(cron.spec.schedule),
+    "a run ends before the next is due",
+  );
+  assert.equal(cron.spec.concurrencyPolicy, "Forbid");
+  assert.ok(
+    cron.spec.startingDeadlineSeconds < everyS(cron.spec.schedule),
+    "a late start is still this period's",
+  );
+  // The sweep install copies the node config's timeouts as they are: the flags are the sweep's.
+  const text = Deno.readTextFileSync(`${ROOT}scripts/node_install.ts`);
+  assert.doesNotMatch(text.slice(text.indexOf("export async function sweepInstall")), /timeouts/);
 });
 
 /** The cluster's ConfigMap and a Secret as the kubelet lays them out: one file per key. */

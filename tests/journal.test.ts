@@ -34,6 +34,7 @@ const entryOfBoth = (created: number, lastError: string, host: string): JournalE
   ...attachment(CONTAINER_ID),
   host,
   podNamespace: "shop",
+  pod: "shop/web-0",
   created,
   claims: [
     { name: claimName(attachment(CONTAINER_ID), "ipv4") },

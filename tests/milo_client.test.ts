@@ -522,7 +522,7 @@ function longestRun(err: CniError, ch: string): number {
       })),
       run: (c) => c.createClaim({}),
       code: 11,
-      details: /gave up within the deadline after 8 attempt\(s\)$/,
+      details: /gave up on milo\.test within the deadline after 8 attempt\(s\)$/,
     },
     {
       what: "a 507 (its pool and class causes)",

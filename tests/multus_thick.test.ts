@@ -6,7 +6,7 @@
  * before it execs the delegate: multus-cni's docs/thick-plugin.md, and
  * deployments/multus-daemonset-thick.yml, which mounts /opt/cni/bin,
  * /var/lib/cni/multus and the host's / at /hostroot). Without chrootDir the
- * plugin needs the host paths the README's "Multus thick" table names; that
+ * plugin needs the host paths docs/multus.md's table names; that
  * table covers every path the installed sandbox grants. As root (unshare,
  * mount, chroot); ignored otherwise, failed under CI.
  */
@@ -27,21 +27,23 @@ if (!ROOTED && Deno.env.get("CI")) {
   throw new Error("tests/multus_thick.test.ts needs root, unshare, mount and chroot");
 }
 
-/** The host paths the README's "Multus thick" table names. */
+/** The host paths docs/multus.md's table names. */
 function readmePaths(): string[] {
-  const readme = Deno.readTextFileSync(`${ROOT}README.md`);
-  const section = readme.slice(readme.indexOf("### Multus thick"), readme.indexOf("## Galactic"));
+  const section = Deno.readTextFileSync(`${ROOT}docs/multus.md`);
   return section.split("\n").filter((l) => /^\| `\//.test(l))
     .flatMap((l) => [...l.split("|")[1].matchAll(/`(\/[^`]+)`/g)].map((m) => m[1]));
 }
 
-Deno.test("multus thick: the README's host paths cover every path the installed sandbox grants", async () => {
+Deno.test("multus thick: docs/multus.md's host paths cover every path the installed sandbox grants", async () => {
   const paths = readmePaths();
   assert.ok(paths.includes("/etc/milo-ipam") && paths.includes("/opt/cni/bin"), `${paths}`);
   const g = (await planSandbox({ dir: "/opt/cni/bin", config: OVERLAY_NODE })).grants;
   const files = [...g.read, ...g.write].filter((p) => p !== OVERLAY_NODE);
   for (const p of [...files, "/etc/milo-ipam/node.json"]) {
-    assert.ok(paths.some((r) => isInside(p, r)), `the README names ${p} (or a directory of it)`);
+    assert.ok(
+      paths.some((r) => isInside(p, r)),
+      `docs/multus.md names ${p} (or a directory of it)`,
+    );
   }
   for (const r of paths) {
     assert.ok(files.some((p) => isInside(p, r) || isInside(r, p)) || r === "/etc/milo-ipam", r);
@@ -168,7 +170,7 @@ Deno.test({
       assert.equal(bare.code, 1, bare.stderr);
       assert.match(bare.stdout, /"code":7,"msg":"no node config/);
 
-      // With the README's host paths mounted at the same paths: it leases.
+      // With docs/multus.md's host paths mounted at the same paths: it leases.
       const added = await delegate([...new Set([...thickMounts, ...readme])], "ADD", "c1", false);
       assert.equal(added.code, 0, added.stdout + added.stderr);
       assert.match(added.stdout, /10\.40\.0\.\d+\/32/);

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { execCni } from "../scripts/cni_exec.ts";
 import { buildImageFiles } from "../scripts/image.ts";
 import { installToken, Refused } from "../scripts/node_install.ts";
-import { kustomize } from "../testing/kustomize.ts";
+import { kustomize as render } from "../testing/kustomize.ts";
 import { type KubeDev, startKubeDev } from "../testing/kube_dev.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";
 import { PLUGIN_SEED, TOKEN } from "../testing/process.ts";
@@ -21,6 +21,8 @@ import { RELEASE } from "../lib/version.ts";
 
 // deno-lint-ignore no-explicit-any
 type Any = any;
+/** The objects of a kustomization, read here as the manifests spell them. */
+const kustomize = (dir: string): Any[] => render(dir);
 
 const ROOT = new URL("../", import.meta.url).pathname;
 const OVERLAY = `${ROOT}deploy/overlays/cluster-a`;
@@ -116,7 +118,7 @@ async function node(milo: MiloDev, image: string, kube: KubeDev) {
       verb,
       image,
       kubeEnv,
-    );
+    ).map((a) => a.replace(/^--allow-net=unix:/, `--allow-net=unix:${root}`));
     const out = await new Deno.Command(argv[0], {
       args: [
         ...argv.slice(1),
@@ -284,14 +286,28 @@ Deno.test("node install: from the image's files, the ConfigMap and the Secret to
       assert.equal((await n.run("install")).code, 0);
       assert.equal((await n.plugin("CHECK", "c1", {})).code, 0);
 
-      // Uninstall: refused while the agent's socket is there, and while a pod holds a lease.
+      // Uninstall: refused while an agent answers on its socket, and while a pod holds a lease.
       await Deno.mkdir(`${n.root}/run/milo-ipam`, { recursive: true });
-      await Deno.writeTextFile(n.v.agent.socket, "");
+      const live = Deno.listen({ transport: "unix", path: n.v.agent.socket });
       r = await n.run("uninstall");
+      live.close();
       assert.equal(r.code, 1);
-      assert.match(r.stderr, /delete the milo-ipam-agent DaemonSet first/);
-      await Deno.remove(n.v.agent.socket);
+      assert.match(r.stderr, /an agent answers on this node's socket .*delete the milo-ipam-agent/);
+      // A crashed agent's socket (its process killed, nothing answers it) blocks nothing: removed.
+      const crashed = new Deno.Command(Deno.execPath(), {
+        args: [
+          "eval",
+          `const l = Deno.listen({ transport: "unix", path: ${JSON.stringify(n.v.agent.socket)} });
+          console.log("listening"); await l.accept();`,
+        ],
+        stdout: "piped",
+      }).spawn();
+      await crashed.stdout.pipeThrough(new TextDecoderStream()).getReader().read();
+      crashed.kill("SIGKILL");
+      await crashed.status;
+      assert.ok((await Deno.lstat(n.v.agent.socket)).isSocket, "the socket outlives its agent");
       r = await n.run("uninstall");
+      await assert.rejects(Deno.lstat(n.v.agent.socket), Deno.errors.NotFound, "stale removed");
       assert.equal(r.code, 1);
       assert.match(
         r.stderr,

@@ -426,20 +426,28 @@ Deno.test("config: unknown keys are refused with code 7, naming the key and the 
     "/etc/milo-ipam/node.json",
   );
   const ipam = { type: "milo-ipam", classes: { ipv4: "vpc-pods-ipv4" } };
-  const refused = (over: Record<string, unknown>) => {
+  const refusal = (over: Record<string, unknown>) => {
     try {
       parseNetwork({ ...ipam, ...over }, node);
     } catch (err) {
       assert.ok(err instanceof CniError);
       assert.equal(err.code, 7);
-      return err.message;
+      return err;
     }
     assert.fail(`accepted ${JSON.stringify(over)}`);
   };
+  const refused = (over: Record<string, unknown>) => refusal(over).message;
   assert.equal(
     refused({ gateway: { ipv4: "169.254.1.1" } }),
     "field ipam.gateway: unknown key; the nearest known key is gateways",
   );
+  // The keys a network config may set, not the node's (refused by value when set).
+  assert.equal(
+    refusal({ gateway: {} }).details,
+    "known keys of ipam: type, classes, scope, gateways, prefixLengths, timeouts, " +
+      "reclaimPolicy, identity",
+  );
+  assert.match(refused({ clustr: "c" }), /nearest known key is classes$/);
   assert.match(refused({ classes: { ipv4: "a", ipv66: "b" } }), /ipam\.classes\.ipv66.*ipv6$/);
   assert.match(refused({ prefixLength: { ipv6: 96 } }), /ipam\.prefixLength: .*prefixLengths$/);
   assert.match(
@@ -564,4 +572,34 @@ Deno.test("state format: reconcile refuses a newer format before it opens Milo",
       return true;
     });
   });
+});
+
+Deno.test("show --pools: each IPPool with the utilisation Milo reports", async () => {
+  const milo = await startMiloDev({ seed: PLUGIN_SEED });
+  try {
+    await withTempDir(async (dir) => {
+      const a1 = await nodeConfig(dir, milo, "node-a1");
+      const pool = async () => {
+        const r = await show({ by: "pools" }, a1);
+        assert.equal(r.error, null, JSON.stringify(r.error));
+        assert.equal(r.requests, 1);
+        const v4 = r.pools!.find((p) => p.classes.includes("vpc-pods-ipv4"))!;
+        assert.ok(v4, JSON.stringify(r.pools));
+        return { r, v4 };
+      };
+      const before = (await pool()).v4;
+      assert.equal((await call(a1, "ADD", "c-web0", "shop/web-0")).exitCode, 0);
+      const { r, v4 } = await pool();
+      assert.equal(Number(v4.allocated), Number(before.allocated) + 1, "the ADD's address");
+      assert.equal(Number(v4.total), Number(v4.allocated) + Number(v4.available));
+      assert.ok(v4.utilizationPercent! > 0, JSON.stringify(v4));
+      const text = renderShow(r);
+      assert.match(text, /^\d+ IPPools? Milo shows this token/);
+      assert.match(text, /\nPOOL +CLASSES +CIDR +ALLOCATED +TOTAL +AVAILABLE +USED\n/);
+      assert.match(text, new RegExp(`\\n${v4.pool} +vpc-pods-ipv4 +${v4.cidr} +${v4.allocated} +`));
+      assert.deepEqual(parseQuery([], undefined, undefined, false, true), { by: "pools" });
+    });
+  } finally {
+    await milo.stop();
+  }
 });

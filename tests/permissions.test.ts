@@ -134,3 +134,30 @@ Deno.test("install without a node config named: the default, else the legacy pat
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("compileFailure() says why deno compile was unavailable: the root cause and what it fetched", async () => {
+  const { compileFailure } = await import("../scripts/install.ts");
+  const output = [
+    "Compile c.ts to c.bin",
+    "Download https://dl.deno.land/release/v2.9.6/denort-x86_64-unknown-linux-gnu.zip",
+    "\x1b[1m\x1b[31merror\x1b[0m: Writing deno compile executable to temporary file '/t/c.tmp'",
+    "",
+    "Caused by:",
+    "    0: Setting up base binary.",
+    "    1: error sending request for url (https://dl.deno.land/release/v2.9.6/denort-x86_64-" +
+    "unknown-linux-gnu.zip): client error (Connect): dns error: failed to lookup address information",
+    "    2: client error (Connect)",
+    "    3: failed to lookup address information: Name or service not known",
+    "",
+    "Stack backtrace:",
+    "   0: <unknown>",
+  ].join("\n");
+  assert.equal(
+    compileFailure(output),
+    "error: Writing deno compile executable to temporary file '/t/c.tmp': Setting up base " +
+      "binary: failed to lookup address information: Name or service not known (fetching " +
+      "https://dl.deno.land/release/v2.9.6/denort-x86_64-unknown-linux-gnu.zip); set DENORT_BIN " +
+      "to a denort of this Deno release",
+  );
+  assert.equal(compileFailure("error: something else"), "error: something else");
+});

@@ -4,13 +4,13 @@
  * delegate) runs as a CNI plugin and delegates to the installed milo-ipam,
  * against milo-dev, with failures injected into Milo and into the master.
  * Each master reads its chain from the pod's NetworkAttachmentDefinition, as
- * galactic does; the README's own example NAD is read from the README and run.
+ * galactic does; the documented example NAD is read from docs/galactic.md and run.
  * What each case shows is what galactic's code paths do with milo-ipam's
  * answers: the chain it refuses, the result it prints, the CHECK it forwards
  * (the tap's /25) or fails (veth's IPv6-only check), the DEL its rollback
  * makes, the DEL failure it swallows, the verbs it never delegates, the slots
  * of two namespaces, the address Milo holds while galactic may still
- * announce it, a Deployment's rolling update on the README's attachment, a
+ * announce it, a Deployment's rolling update on the documented attachment, a
  * NAD without gateways, one attachment spelled two ways, a VM whose runtime
  * keeps no result cache. Each ADD and DEL runs the chain as libcni does, the
  * master then galactic-bgp (testing/galactic/bgp.ts). After every case, the
@@ -50,7 +50,8 @@ const VPC = "7b3e";
 const NS = "shop";
 const MASTER = new URL("../testing/galactic/master.ts", import.meta.url).pathname;
 const BGP = new URL("../testing/galactic/bgp.ts", import.meta.url).pathname;
-const README = new URL("../README.md", import.meta.url);
+/** The page with the NetworkAttachmentDefinition a reader copies (the README links it). */
+const NAD_PAGE = new URL("../docs/galactic.md", import.meta.url);
 /** The classes' retention lease: Milo holds a retained address lease + min(lease, 24h). */
 const LEASE = "5m";
 
@@ -64,8 +65,8 @@ const ipv4Number = (cidr: string) =>
   cidr.split("/")[0].split(".").reduce((n, o) => n * 256 + Number(o), 0);
 
 /**
- * The plugin seed with the vpc classes' `retentionLease` (the platform's hold, see the
- * README's Galactic section) and the lease sweeper run by hand only.
+ * The plugin seed with the vpc classes' `retentionLease` (the platform's hold, see
+ * docs/galactic.md) and the lease sweeper run by hand only.
  */
 function seed() {
   const s = structuredClone(PLUGIN_SEED) as typeof PLUGIN_SEED & { retention?: Json };
@@ -76,12 +77,14 @@ function seed() {
   return s;
 }
 
-/** The README's Galactic NetworkAttachmentDefinition, as a reader copies it. */
+/** The documented galactic NetworkAttachmentDefinition (docs/galactic.md), as a reader copies it. */
 async function readmeNad(): Promise<{ nad: Json; conflist: Json; text: string }> {
-  const text = await Deno.readTextFile(README);
-  const section = text.slice(text.indexOf("\n## Galactic\n"));
+  const text = await Deno.readTextFile(NAD_PAGE);
+  const section = text.slice(
+    text.indexOf("\n## A NAD galactic accepts, and what galactic calls\n"),
+  );
   const block = /```yaml\n([\s\S]*?)```/.exec(section.slice(0, section.indexOf("\n## ", 5)));
-  assert.ok(block, "the README's Galactic section holds a yaml NetworkAttachmentDefinition");
+  assert.ok(block, "docs/galactic.md's first section holds a yaml NetworkAttachmentDefinition");
   const nad = parseYaml(block[1]) as Json;
   const conflist = JSON.parse((nad.spec as { config: string }).config) as Json;
   return { nad, conflist, text: section };
@@ -152,8 +155,8 @@ async function withWorld(
       nodeConfig: {
         // Steps that need fast failures lower their network's timeouts: the node allows it.
         timeouts: { requestMs: 1000, totalMs: 4000, minRequestMs: 300, minTotalMs: 1000 },
-        // As the README's Galactic section grants the identities to the platform's NADs; and
-        // the README's network's space to every chain here (the platform's NADs, not a user's).
+        // As the documented Galactic section grants the identities to the platform's NADs; and
+        // the documented network's space to every chain here (the platform's NADs, not a user's).
         allowIdentities: [{ identity: "pod" }, { identity: "network" }],
         allowScopes: [{ scope: readmeIpam.scope }],
       },
@@ -208,10 +211,10 @@ async function withWorld(
 }
 
 for (const mode of MODES) {
-  Deno.test(`[${mode}] galactic's masters delegate to milo-ipam: the README's NAD, the chain, ADD, CHECK, DEL, rollback, slots, the hold`, async (t) => {
+  Deno.test(`[${mode}] galactic's masters delegate to milo-ipam: the documented NAD, the chain, ADD, CHECK, DEL, rollback, slots, the hold`, async (t) => {
     await withWorld(mode, async ({ milo, plugin, dir, masterLog, nads, netns, run }) => {
       // One network, one address space: Milo's uniqueness is per address space (scope included,
-      // `internal/scope/scope.go` CanonicalAddressSpace), so every chain here joins the README's.
+      // `internal/scope/scope.go` CanonicalAddressSpace), so every chain here joins the documented.
       const readmeIpam = ((await readmeNad()).conflist.plugins as Json[])[0].ipam as Json;
       const ipam = { ...(plugin.netConf().ipam as Json), scope: readmeIpam.scope };
       /** An attachment's conflist: the master, then galactic-bgp with its vpc and attachment. */
@@ -281,7 +284,7 @@ for (const mode of MODES) {
         await Deno.remove(cache(cid)).catch(() => {});
         await Deno.remove(`${netns}/${cid}`).catch(() => {});
       };
-      /** The galactic-bgp stanza of a master's conflist, as libcni builds it (chain() and the README's). */
+      /** The galactic-bgp stanza of a master's conflist, as libcni builds it (chain() and the documented). */
       const bgpStanza = (conf: Json, prevResult?: Json): Json => ({
         type: "galactic-bgp",
         vpc: conf.vpc,
@@ -413,7 +416,7 @@ for (const mode of MODES) {
       };
 
       await t.step(
-        "the README's NetworkAttachmentDefinition: a chain galactic accepts, run as written",
+        "the documented NetworkAttachmentDefinition: a chain galactic accepts, run as written",
         async () => {
           const { nad, conflist, text } = await readmeNad();
           const meta = nad.metadata as { name: string; namespace: string };
@@ -424,7 +427,10 @@ for (const mode of MODES) {
           );
           const master = (conflist.plugins as Json[])[0];
           const host = interfaceName(String(master.vpc), String(master.vpcattachment), "H");
-          assert.ok(text.includes(`\`${host}\``), `the README names its host interface, ${host}`);
+          assert.ok(
+            text.includes(`\`${host}\``),
+            `docs/galactic.md names its host interface, ${host}`,
+          );
           await writeNad(nads, nad);
           const conf = stanza(conflist, 0);
           const cid = "readme-0";
@@ -439,18 +445,18 @@ for (const mode of MODES) {
             held.map((c) => [c.metadata.name.replace(/[0-9a-f]{20}/, "H"), c.spec.reclaimPolicy])
               .sort(),
             [["podid-H-v4", "Retain"], ["podid-H-v6", "Retain"]],
-            "the README's pod identity: a claim per family, named by the pod",
+            "the documented pod identity: a claim per family, named by the pod",
           );
           const annotated = JSON.parse(
             await Deno.readTextFile(nadPath(nads, meta.namespace, meta.name)),
           );
           assert.equal(annotated.metadata.annotations[HOST_INTERFACE_ANNOTATION], host);
-          await ledger("the README's NAD");
+          await ledger("the documented NAD");
         },
       );
 
       await t.step(
-        "the README's attachment through a Deployment's rolling update: the surge pod gets its own address while the old one lives, and the rollout completes",
+        "the documented attachment through a Deployment's rolling update: the surge pod gets its own address while the old one lives, and the rollout completes",
         async () => {
           const { nad, conflist } = await readmeNad();
           const ns = (nad.metadata as { namespace: string }).namespace;
@@ -477,7 +483,7 @@ for (const mode of MODES) {
             assert.ok((await retained()).includes(a), `${a} held in Milo`);
           }
           await ledger("the rollout completed");
-          // The Deployment goes (and the README's pod): once none of the attachment's sandboxes
+          // The Deployment goes (and the documented pod): once none of the attachment's sandboxes
           // lives, galactic-router's GC drops its advertisement (internal/gc/gc.go).
           await delOk("web-new");
           await delOk("readme-0");
@@ -969,7 +975,7 @@ for (const mode of MODES) {
       );
 
       await t.step(
-        "a released address and another attachment's ADD right after, under the README's identity and under none: it is held while galactic may still announce it",
+        "a released address and another attachment's ADD right after, under the documented identity and under none: it is held while galactic may still announce it",
         async () => {
           const readme = { identity: readmeIpam.identity };
           const isRetained = async (x: string[]) => {
@@ -980,7 +986,7 @@ for (const mode of MODES) {
           const gone: string[][] = [];
           for (
             const [label, over, att, next] of [
-              ["the README's identity", readme, "c0", "c1"],
+              ["the documented identity", readme, "c0", "c1"],
               ["no identity", {}, "c2", "c3"],
             ] as const
           ) {

@@ -113,9 +113,16 @@ Deno.test("reconcile: the first observation records, the second after the grace 
     w.clock.t = t0 + GRACE_MS;
     const second = await w.run();
     assert.deepEqual(
-      second.released.map((r) => [r.claim, r.via, r.containerId, r.address]).sort(),
-      w.orphan.map((c) => [c.metadata.name, "orphan", "orphan", c.status.allocatedCIDR]).sort(),
+      second.released.map((r) => [r.claim, r.via, r.containerId, r.address, r.pod]).sort(),
+      w.orphan.map((c) => [
+        c.metadata.name,
+        "orphan",
+        "orphan",
+        c.status.allocatedCIDR,
+        c.metadata.annotations?.["milo-ipam.io/pod"],
+      ]).sort(),
     );
+    assert.ok(second.released.every((r) => r.pod?.includes("/")), "each names its pod");
     const deletes = w.stub.seen("DELETE");
     assert.deepEqual(
       deletes.map((d) => [d.path.split("/").pop(), d.body]).sort(),

@@ -371,15 +371,16 @@ Deno.test("GC releases the stale claims of its network's space, made before the 
   }
 });
 
-Deno.test("the README's node config grants its NetworkAttachmentDefinitions' network one space, uid included", async () => {
-  const text = await Deno.readTextFile(new URL("../README.md", import.meta.url));
+Deno.test("the documented node config grants its NetworkAttachmentDefinitions' network one space, uid included", async () => {
+  const text = await Deno.readTextFile(new URL("../docs/configuration.md", import.meta.url));
+  const galacticPage = await Deno.readTextFile(new URL("../docs/galactic.md", import.meta.url));
   const blocks = [...text.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1]);
   const node = parseNodeConfig(JSON.parse(blocks.find((b) => b.startsWith('{\n  "milo"'))!), PATH);
   const granted = node.allowScopes[0].scope;
-  assert.ok(granted.network.uid, "the README pins the Network's uid");
+  assert.ok(granted.network.uid, "the example pins the Network's uid");
   const ipamExample = JSON.parse(`{${blocks.find((b) => b.startsWith('"ipam": {'))!}}`).ipam;
   const galactic = /```yaml\n[\s\S]*?"ipam": (\{[\s\S]*?\n {10}\})/.exec(
-    text.slice(text.indexOf("\n## Galactic\n")),
+    galacticPage.slice(galacticPage.indexOf("\n## A NAD galactic accepts")),
   );
   assert.ok(galactic, "the Galactic section's NAD");
   for (const ipam of [ipamExample, JSON.parse(galactic[1])]) {

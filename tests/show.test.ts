@@ -8,10 +8,12 @@
  * stub's own allocations, built in that shape.
  */
 import assert from "node:assert/strict";
+import { claimBody } from "../lib/claims.ts";
+import type { NetworkConfig } from "../lib/config.ts";
 import { redactedJson } from "../lib/errors.ts";
 import { allocationName } from "../lib/milo_objects.ts";
 import { parseQuery, show } from "../lib/show.ts";
-import type { ShowQuery, ShowReport } from "../lib/show_report.ts";
+import type { ShowQuery, ShowReport, ShowRow } from "../lib/show_report.ts";
 import { renderShow } from "../lib/show_render.ts";
 import { fixture, reply, statusReply } from "../testing/milo_fixtures.ts";
 import { STUB_BASE, StubMilo } from "../testing/stub_milo.ts";
@@ -315,4 +317,91 @@ Deno.test("show says how close the project is to its IPClaim quota, where Milo s
     renderShow(refused),
     /quota: unknown \(Milo forbids this token to read the project's quota: grant it get on allowancebuckets/,
   );
+});
+
+/**
+ * A NAD's `name` chosen to rewrite the terminal: 253 characters whose CR, LF
+ * and escape sequences erase the line before them and print a holder of its
+ * author's choice (another namespace's pod) in its place.
+ */
+const HOSTILE_NAME = (() => {
+  const head =
+    "net\r\x1b[2K\x1b[1A\x1b[2K\n  holder   pod shop/web-0 (uid forged), container c-forged" +
+    "\u202e\x9b2J\u2028";
+  return head + "x".repeat(253 - head.length);
+})();
+
+/** What no line of a text report may hold: any control, format or separator character. */
+const RAW = /[\p{Cc}\p{Cf}\p{Cs}\p{Zl}\p{Zp}]/u;
+
+Deno.test("show: a hostile NAD name (CR, LF, escapes, bidi) is printed escaped and erases no line", async () => {
+  assert.equal(HOSTILE_NAME.length, 253);
+  const stub = stubAt();
+  const client = stub.client();
+  const net = {
+    classes: { ipv4: "vpc-pods-ipv4" },
+    scope: { network: { apiGroup: "networking.datumapis.com", kind: "Network", name: "vpc-7b3e" } },
+    reclaimPolicy: "Delete",
+  } as unknown as NetworkConfig;
+  const attachment = (network: string, containerId: string, ns: string, name: string) => ({
+    cluster: "cluster-a",
+    node: "node-a1",
+    host: "b".repeat(32),
+    network,
+    containerId,
+    ifname: "eth0",
+    podNamespace: ns,
+    podName: name,
+    podUid: `uid-${containerId}`,
+  });
+  await client.createClaim(
+    claimBody("default", net, attachment("vpc-7b3e", "c-web0", "shop", "web-0"), "ipv4"),
+  );
+  await client.createClaim(
+    claimBody("default", net, attachment(HOSTILE_NAME, "c-evil", "attacker", "x"), "ipv4"),
+  );
+  const r = await run(stub, { by: "node", node: "node-a1" });
+  assert.equal(r.error, null, JSON.stringify(r.error));
+  assert.deepEqual(r.claims.map((c) => c.network).sort(), [HOSTILE_NAME, "vpc-7b3e"].sort());
+  const text = renderShow(r);
+  const lines = text.split("\n");
+  for (const l of lines) assert.doesNotMatch(l, RAW, `a raw control character in ${l}`);
+  const holders = lines.filter((l) => l.startsWith("  holder "));
+  assert.deepEqual(holders.map((l) => /pod (\S+)/.exec(l)?.[1]).sort(), [
+    "attacker/x",
+    "shop/web-0",
+  ]);
+  assert.equal(
+    lines.filter((l) => l.includes("(uid forged)")).length,
+    1,
+    "the fake, on its own line",
+  );
+  const evil = holders.find((l) => l.includes("attacker/x"))!;
+  assert.ok(
+    evil.includes(
+      "network net\\u000d\\u001b[2K\\u001b[1A\\u001b[2K\\u000a  holder   pod shop/web-0",
+    ),
+    evil,
+  );
+  assert.ok(evil.includes("\\u202e\\u009b2J\\u2028xxx"), evil);
+
+  // This node's findings (the reconcile's words about a live attachment) too.
+  const findings = renderShow({
+    ...r,
+    findings: {
+      at: NOW,
+      duplicates: [{
+        claim: "pod-aaaa-v4",
+        address: "10.40.0.9",
+        holder: `pod=attacker/x network=${HOSTILE_NAME} (live on this node)`,
+        now: `claim pod-bbbb-v4 of ${HOSTILE_NAME}`,
+      }],
+      missing: [{ claim: "pod-cccc-v4", address: "10.40.0.10", why: HOSTILE_NAME }],
+    },
+  });
+  for (const l of findings.split("\n")) assert.doesNotMatch(l, RAW, l);
+  assert.match(findings, /^DUPLICATE ADDRESS 10\.40\.0\.9 .*net\\u000d\\u001b\[2K/);
+  assert.match(findings, /\nLIVE WITHOUT ITS CLAIM 10\.40\.0\.10 .*: net\\u000d\\u001b/);
+  // JSON is JSON: the value as Milo holds it.
+  assert.ok(JSON.parse(redactedJson(r)).claims.some((c: ShowRow) => c.network === HOSTILE_NAME));
 });

@@ -7,7 +7,7 @@ import { KubeClient } from "../lib/kube.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { sweep, type SweepOptions } from "../lib/sweep.ts";
 import { NODE_MONITOR_GRACE_MS, terminatingRule } from "../lib/sweep_rules.ts";
-import { renderText, type SweepReport } from "../lib/sweep_report.ts";
+import { emptyReport, renderText, type SweepReport } from "../lib/sweep_report.ts";
 import { bucketName } from "../lib/milo_quota.ts";
 import { KubeDevApi } from "../testing/kube_dev.ts";
 
@@ -1006,4 +1006,28 @@ Deno.test("the report says how close the project is to its IPClaim quota, where 
   assert.deepEqual(noProject.quota, {
     unknown: "milo.url names no project (…/projects/P/control-plane)",
   });
+});
+
+Deno.test("renderText() writes a value's control, format and separator characters as escapes", () => {
+  const r = emptyReport(
+    { cluster: "cluster-a", apply: false, graceMs: 1, intervalMs: 1, maxRelease: { count: 1 } },
+    0,
+  );
+  r.rows.push({
+    claim: "pod-aaaa-v4",
+    uid: "u",
+    address: "10.40.0.9/32",
+    pod: "shop/web-0\r\x1b[2K\u2028fake",
+    podUid: "p",
+    node: "node-a1\u202e",
+    reason: "pod-gone",
+    ageMs: 0,
+    action: "kept",
+    why: "x\ny",
+  });
+  const lines = renderText(r).split("\n");
+  for (const l of lines) assert.doesNotMatch(l, /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u, l);
+  const row = lines.find((l) => l.startsWith("pod-aaaa-v4"))!;
+  assert.ok(row.includes("shop/web-0\\u000d\\u001b[2K\\u2028fake"), row);
+  assert.ok(row.includes("node-a1\\u202e") && row.endsWith("x\\u000ay"), row);
 });
