@@ -13,7 +13,8 @@ import {
   type DecommissionOptions,
   type DecommissionReport,
 } from "./decommission.ts";
-import { redact, redactedJson, toCniError } from "./errors.ts";
+import { toCniError } from "./errors.ts";
+import { redact, redactedJson } from "./redact.ts";
 import { MiloClient } from "./milo.ts";
 import { printableLines } from "./printable.ts";
 import { parseDuration } from "./sweep_cli.ts";

@@ -5,7 +5,8 @@
  * `Retry-After`, and the classification of fetch failures.
  */
 import type { NodeConfig } from "./config.ts";
-import { clip, CniError, errorText, QUOTE_CHARS, SANDBOX_ADVICE, scrubValue } from "./errors.ts";
+import { clip, CniError, errorText, QUOTE_CHARS, SANDBOX_ADVICE } from "./errors.ts";
+import { scrubValue } from "./redact.ts";
 import { PROXY_ENV_VARS } from "./permissions.ts";
 import { type Timer, timer } from "./timers.ts";
 

@@ -1,4 +1,5 @@
-import { errorText, redactedJson } from "./errors.ts";
+import { errorText } from "./errors.ts";
+import { redactedJson } from "./redact.ts";
 import { appendOwned } from "./owned.ts";
 import { within } from "./timers.ts";
 

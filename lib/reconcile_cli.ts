@@ -1,7 +1,8 @@
 /** `milo-ipam reconcile`: the command line of the node reconcile (lib/reconcile.ts). */
 import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { redactedJson, UsageError } from "./errors.ts";
+import { UsageError } from "./errors.ts";
+import { redactedJson } from "./redact.ts";
 import { MiloClient } from "./milo.ts";
 import { exitOf, reconcile } from "./reconcile.ts";
 import { requireStateFormat } from "./state_format.ts";

@@ -6,7 +6,8 @@
  */
 import { parseCommandLine, usageError } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { redact, redactedJson, toCniError } from "./errors.ts";
+import { toCniError } from "./errors.ts";
+import { redact, redactedJson } from "./redact.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";

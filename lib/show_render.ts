@@ -4,7 +4,7 @@
  * per retained allocation and the total; for a pod with no claim, what its
  * namespace's stable identities may have left retained.
  */
-import { redact } from "./errors.ts";
+import { redact } from "./redact.ts";
 import { printable, printableLines } from "./printable.ts";
 import { renderPools } from "./show_pools.ts";
 import type { NodeView, ShowReport } from "./show_report.ts";

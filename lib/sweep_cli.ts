@@ -6,7 +6,8 @@
 import type { NodeConfig } from "./config.ts";
 import { parseFlags } from "./cli.ts";
 import { readNodeConfig, withConfigFlag } from "./config_file.ts";
-import { redact, redactedJson, toCniError, UsageError } from "./errors.ts";
+import { toCniError, UsageError } from "./errors.ts";
+import { redact, redactedJson } from "./redact.ts";
 import { KubeClient } from "./kube.ts";
 import { inClusterAccess, kubeconfigAccess } from "./kube_access.ts";
 import { MiloClient } from "./milo.ts";

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { leaseOf } from "../lib/claims.ts";
 import { encodeError } from "../lib/cni.ts";
-import { clip, CniError, QUOTE_CHARS, scrubValue } from "../lib/errors.ts";
+import { clip, CniError, QUOTE_CHARS } from "../lib/errors.ts";
+import { scrubValue } from "../lib/redact.ts";
 import { formatCidr } from "../lib/ip.ts";
 import { retryAfterMs } from "../lib/http.ts";
 import { Logger } from "../lib/log.ts";

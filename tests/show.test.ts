@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { claimBody } from "../lib/claims.ts";
 import type { NetworkConfig } from "../lib/config.ts";
-import { redactedJson } from "../lib/errors.ts";
+import { redactedJson } from "../lib/redact.ts";
 import { allocationName } from "../lib/milo_objects.ts";
 import { parseQuery, show } from "../lib/show.ts";
 import type { ShowQuery, ShowReport, ShowRow } from "../lib/show_report.ts";
