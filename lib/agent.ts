@@ -1,12 +1,12 @@
 /**
  * `milo-ipam agent`: one resident process per node. It answers the exec'd
- * plugin's invocations on a unix socket (lib/agent_socket.ts) with the same
+ * plugin's invocations on a unix socket (lib/_agent_socket.ts) with the same
  * `invoke` the plugin runs itself, over one warm HTTP client (kept-alive
  * connections, no TLS handshake per call), runs the node reconcile on a
  * timer, serves Prometheus metrics and its readiness and liveness probes on
  * the port `agent.metrics` names, and writes what it logs to stdout as well.
  */
-import { AgentSocket, type SocketCall } from "./agent_socket.ts";
+import { AgentSocket, type SocketCall } from "./_agent_socket.ts";
 import { type NodeConfig, requireScrapeToken } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
 import { errorText, toCniError } from "./errors.ts";
@@ -63,7 +63,7 @@ export class Agent {
   /** One limiter of Milo requests for every call and the reconcile, by flow (lib/limiter.ts). */
   readonly #limiter = new MiloLimiter({ onEvent: (e) => this.metrics.throttled.add({ event: e }) });
   readonly #logger: Logger;
-  /** The socket the plugins call (lib/agent_socket.ts), its calls answered by this agent. */
+  /** The socket the plugins call (lib/_agent_socket.ts), its calls answered by this agent. */
   readonly #socket = new AgentSocket({
     call: (c) => this.#call(c),
     answered: (reply, started) => this.#record(reply, started),

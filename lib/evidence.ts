@@ -19,7 +19,7 @@ import { isGalactic } from "./galactic.ts";
 import type { Holding } from "./lease.ts";
 import type { State } from "./liveness.ts";
 
-/** A recorded claim as these rules read it (lib/reconcile_records.ts `Recorded`). */
+/** A recorded claim as these rules read it (lib/_reconcile_records.ts `Recorded`). */
 interface Claimed {
   name: string;
   uid?: string;

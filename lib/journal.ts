@@ -12,7 +12,7 @@
  * No entry is ever dropped unmade: an entry leaves only when its release was
  * made (or the attachment came back). The journal's size is bounded instead
  * by refusing ADDs of a tenant (a pod namespace) that owes too many
- * (lib/journal_shares.ts, {@link Journal.full}): never another tenant's.
+ * (lib/_journal_shares.ts, {@link Journal.full}): never another tenant's.
  */
 import { writeAtomic } from "./atomic_write.ts";
 import { type Attachment, attachmentHash } from "./claims.ts";
@@ -26,7 +26,7 @@ import {
   MAX_OWED_PER_SHARE,
   shareOf,
   Shares,
-} from "./journal_shares.ts";
+} from "./_journal_shares.ts";
 import { lockFile } from "./lockfile.ts";
 
 /** One journal entry: an attachment the runtime removed whose release is unfinished. */

@@ -37,7 +37,7 @@ export interface HeldClaim {
   address?: string;
   /**
    * The claim as posted, its address pinned: what makes it again for its
-   * live sandbox when Milo has lost it (lib/reconcile_verify.ts).
+   * live sandbox when Milo has lost it (lib/_reconcile_verify.ts).
    */
   body?: Record<string, unknown>;
 }

@@ -8,7 +8,7 @@
  * STATUS; releasing: DEL, GC, an ADD's rollback), tenant (the pod's
  * namespace) and network, and one for the node reconcile. Each flow pauses,
  * probes and adapts its rate and concurrency to Milo's answers to its own
- * requests (lib/limiter_flow.ts): one tenant's refusals hold back neither
+ * requests (lib/_limiter_flow.ts): one tenant's refusals hold back neither
  * another tenant's calls nor the reconcile, and a DEL is never held back by
  * the refusals of the ADD it rolls back. Node-wide:
  *
@@ -21,10 +21,10 @@
  * - **A call that has answered** holds nothing: its waiting requests leave
  *   and its unanswered slots stop counting ({@link CallLimiter.close}).
  */
-import { Flow, type LimiterEvent, LIMITS, type Outcome } from "./limiter_flow.ts";
+import { Flow, type LimiterEvent, LIMITS, type Outcome } from "./_limiter_flow.ts";
 import { type Timer, timer } from "./timers.ts";
 
-export { type LimiterEvent, LIMITS, type Outcome } from "./limiter_flow.ts";
+export { type LimiterEvent, LIMITS, type Outcome } from "./_limiter_flow.ts";
 
 /** A granted slot: report the attempt's outcome once it is known (again: ignored). */
 export interface Slot {

@@ -30,7 +30,7 @@ import {
   scanList,
   type StreamGet,
   type StreamRead,
-} from "./milo_lists.ts";
+} from "./_milo_lists.ts";
 import {
   API_PATH,
   type IPAllocation,
@@ -59,12 +59,12 @@ import {
 import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
 import type { ClaimList, MiloCalls } from "./milo_calls.ts";
-import type { ClientOptions } from "./milo_options.ts";
+import type { ClientOptions } from "./_milo_options.ts";
 import { after, pause } from "./timers.ts";
 
 export { API_PATH } from "./milo_objects.ts";
 export type { OwedRemake, Release, ReleaseEvents } from "./milo_release.ts";
-export type { ClientOptions } from "./milo_options.ts";
+export type { ClientOptions } from "./_milo_options.ts";
 
 const MAX_ATTEMPTS = 8;
 const BACKOFF_BASE_MS = 100;
@@ -273,7 +273,7 @@ export class MiloClient implements MiloCalls {
 
   /**
    * {@link listClaims}, with Milo's clock at its first page; the claims kept
-   * are bounded across the pages (see milo_lists.ts).
+   * are bounded across the pages (see _milo_lists.ts).
    */
   async listClaimsAt(labelSelector: string): Promise<ClaimList> {
     return await collectList(this.#get, CLAIM_LIST, this.#claimsPath(), labelSelector);

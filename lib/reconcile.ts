@@ -2,7 +2,7 @@
  * `milo-ipam reconcile`: the node-side safety net for releases that never
  * happened.
  *
- * 1. The release journal (lib/reconcile_journal.ts).
+ * 1. The release journal (lib/_reconcile_journal.ts).
  * 2. Orphans, judged from the node's own record of the claims it holds
  *    (lib/holdings.ts), without asking Milo: a claim whose container no libcni
  *    result cache names (lib/liveness.ts) is released only when it was absent
@@ -18,7 +18,7 @@
  *    sandbox of that boot died with it. A galactic attachment is judged by
  *    its absence only once a cache has named it (lib/evidence.ts). Only this
  *    machine's records are judged: this host's, under this node's name
- *    (lib/reconcile_records.ts).
+ *    (lib/_reconcile_records.ts).
  *    Milo is listed only when the node has no record yet (its first run, a
  *    lost `stateDir`): its host's claims are added to the record, claims of
  *    another host under this node name are reported, and claims that record
@@ -46,12 +46,12 @@ import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient, Release } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import { finishJournal } from "./reconcile_journal.ts";
-import { exitOf, type ReconcileOptions, type ReconcileReport } from "./reconcile_report.ts";
+import { finishJournal } from "./_reconcile_journal.ts";
+import { exitOf, type ReconcileOptions, type ReconcileReport } from "./_reconcile_report.ts";
 export { exitOf };
-export type { ReconcileOptions, ReconcileReport } from "./reconcile_report.ts";
-import { notOwn, type Recorded, recorded, stableBoot } from "./reconcile_records.ts";
-import { verifyLive, type VerifyRun } from "./reconcile_verify.ts";
+export type { ReconcileOptions, ReconcileReport } from "./_reconcile_report.ts";
+import { notOwn, type Recorded, recorded, stableBoot } from "./_reconcile_records.ts";
+import { verifyLive, type VerifyRun } from "./_reconcile_verify.ts";
 
 /** One reconcile pass; the state file carries the previous observation. */
 export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
@@ -160,7 +160,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
 }
 
 /**
- * Verifies the live claims this run's share names (lib/reconcile_verify.ts),
+ * Verifies the live claims this run's share names (lib/_reconcile_verify.ts),
  * except those of an attachment the journal owes a release of (its runtime
  * said it is gone, whatever a stale cache entry says); records what it found
  * in the state, for `show`.

@@ -21,7 +21,7 @@ import { Logger, rotatedLog } from "../lib/log.ts";
 import { MiloClient } from "../lib/milo.ts";
 import { reconcileCli } from "../lib/reconcile_cli.ts";
 import { parseQuery, show } from "../lib/show.ts";
-import { formatAge, renderShow } from "../lib/show_render.ts";
+import { formatAge, renderShow } from "../lib/_show_render.ts";
 import { RELEASE } from "../lib/version.ts";
 import { requireStateFormat, STATE_FORMAT, STATE_FORMAT_FILE } from "../lib/state_format.ts";
 import { type MiloDev, startMiloDev } from "../testing/milo_dev.ts";

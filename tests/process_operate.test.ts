@@ -6,14 +6,14 @@
  * records, journal and caches) and say what they could not ask.
  */
 import assert from "node:assert/strict";
-import type { ShowReport } from "../lib/show_report.ts";
+import type { ShowReport } from "../lib/_show_report.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { assertOk, ipsOf, MODES, PLUGIN_SEED, TOKEN } from "../testing/process.ts";
 
 /**
  * The log lines of `verb` for container `id`, once there is one: the agent
- * logs a call after it has answered it (lib/agent_socket.ts).
+ * logs a call after it has answered it (lib/_agent_socket.ts).
  */
 async function linesOf(p: TestPlugin, verb: string, id: string) {
   for (let i = 0;; i++) {

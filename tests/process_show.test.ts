@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { claimName } from "../lib/claims.ts";
 import { allocationName } from "../lib/milo_objects.ts";
-import type { ShowReport } from "../lib/show_report.ts";
+import type { ShowReport } from "../lib/_show_report.ts";
 import { startMiloDev } from "../testing/milo_dev.ts";
 import { installPlugin, type TestPlugin } from "../testing/plugin.ts";
 import { assertOk, ipsOf, PLUGIN_SEED, TOKEN } from "../testing/process.ts";

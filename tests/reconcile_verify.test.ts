@@ -1,5 +1,5 @@
 /**
- * The reconcile's verification of live claims (lib/reconcile_verify.ts),
+ * The reconcile's verification of live claims (lib/_reconcile_verify.ts),
  * in-process over the stub answering as Milo does: a live attachment whose
  * claim Milo lost gets it back on its address, an address another holds is a
  * duplicate (reported, never taken), and each run reads only its share.

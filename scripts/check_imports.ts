@@ -1,8 +1,11 @@
 /**
- * The import-cycle check of a flat directory of modules (`deno task test`
- * runs it on lib/): every `import` and `export ... from` of a sibling, type
- * imports included, is an edge; any cycle fails with the modules in it. A
- * cycle, even of types only, means two files hold one idea between them.
+ * The import checks of a flat directory of modules (`deno task test` runs
+ * them on lib/): every `import` and `export ... from` of a sibling, type
+ * imports included, is an edge. Any cycle fails with the modules in it (a
+ * cycle, even of types only, means two files hold one idea between them); so
+ * does a module importing another family's private helper (a name beginning
+ * with `_`, its family the word after it: `_reconcile_verify.ts` is the
+ * reconcile's).
  */
 
 /** The sibling modules each module of `dir` imports (static imports, types included). */
@@ -52,10 +55,29 @@ export function cyclesOf(graph: Map<string, string[]>): string[][] {
   return out;
 }
 
+/** The family of a module: its name's first word, a leading `_` dropped. */
+function familyOf(name: string): string {
+  return name.replace(/^_/, "").split(/[_.]/)[0];
+}
+
+/** Each import of a private helper (`_family_….ts`) by a module of another family. */
+export function privateLeaks(graph: Map<string, string[]>): string[] {
+  const out: string[] = [];
+  for (const [from, deps] of graph) {
+    for (const d of deps) {
+      if (d.startsWith("_") && familyOf(d) !== familyOf(from)) out.push(`${from} -> ${d}`);
+    }
+  }
+  return out.sort();
+}
+
 if (import.meta.main) {
   const dir = Deno.args[0] ?? "lib";
-  const cycles = cyclesOf(importGraph(dir));
+  const graph = importGraph(dir);
+  const cycles = cyclesOf(graph);
   for (const c of cycles) console.error(`import cycle in ${dir}/: ${c.join(" <-> ")}`);
-  if (cycles.length) Deno.exit(1);
-  console.error(`no import cycle in ${dir}/`);
+  const leaks = privateLeaks(graph);
+  for (const l of leaks) console.error(`another family's private helper in ${dir}/: ${l}`);
+  if (cycles.length || leaks.length) Deno.exit(1);
+  console.error(`no import cycle and no private helper of another family in ${dir}/`);
 }

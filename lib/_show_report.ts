@@ -1,11 +1,11 @@
 /**
- * What `milo-ipam show` answers (`--output json` prints it; show_render.ts
+ * What `milo-ipam show` answers (`--output json` prints it; _show_render.ts
  * writes its text): the query, the claims with what the holder's node knows
  * of each, and the retained allocations.
  */
 import type { State } from "./liveness.ts";
 import type { QuotaUsage } from "./milo_quota.ts";
-import type { PoolRow } from "./show_pools.ts";
+import type { PoolRow } from "./_show_pools.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
 /** A node's findings, as its reconcile state keeps them. */
@@ -77,7 +77,7 @@ export interface ShowReport {
   grants?: Grant[];
   /**
    * What this node's last verification of its live claims found wrong that
-   * the query names (lib/reconcile_verify.ts): addresses two sandboxes use,
+   * the query names (lib/_reconcile_verify.ts): addresses two sandboxes use,
    * live attachments without their claim. Absent off the node or when none.
    */
   findings?: Findings;
@@ -87,7 +87,7 @@ export interface ShowReport {
   pools?: PoolRow[];
   /**
    * When Milo could not be asked: what this node itself holds for the query
-   * (its records, journal and caches; lib/show_local.ts) and what was not asked.
+   * (its records, journal and caches; lib/_show_local.ts) and what was not asked.
    */
   node?: NodeView;
   requests: number;

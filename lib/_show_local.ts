@@ -12,7 +12,7 @@ import { Holdings } from "./holdings.ts";
 import { type Ip, parseIp } from "./ip.ts";
 import { Journal } from "./journal.ts";
 import { isLive, readLive } from "./liveness.ts";
-import type { NodeView, ShowQuery } from "./show_report.ts";
+import type { NodeView, ShowQuery } from "./_show_report.ts";
 import { holds } from "./show_retained.ts";
 
 /** The node's own view of `query`; `unasked` says what Milo could not be asked. */

@@ -1,6 +1,6 @@
-/** scripts/check_cycles.ts: the import-cycle check `deno task test` runs on lib/. */
+/** scripts/check_imports.ts: the import checks `deno task test` runs on lib/. */
 import assert from "node:assert/strict";
-import { cyclesOf, importGraph } from "../scripts/check_cycles.ts";
+import { cyclesOf, importGraph, privateLeaks } from "../scripts/check_imports.ts";
 import { withTempDir } from "../testing/stub_invocation.ts";
 
 Deno.test("cyclesOf(): a cycle of types only is one; a chain is none", async () => {
@@ -23,4 +23,25 @@ Deno.test("cyclesOf(): a cycle of types only is one; a chain is none", async () 
 
 Deno.test("lib/ has no import cycle, type imports included", () => {
   assert.deepEqual(cyclesOf(importGraph(new URL("../lib", import.meta.url).pathname)), []);
+});
+
+Deno.test("privateLeaks(): a private helper is its family's alone", async () => {
+  await withTempDir(async (dir) => {
+    await Deno.writeTextFile(`${dir}/_show_render.ts`, "export const r = 1;\n");
+    await Deno.writeTextFile(
+      `${dir}/show.ts`,
+      'import { r } from "./_show_render.ts";\nexport const s = r;\n',
+    );
+    await Deno.writeTextFile(
+      `${dir}/_show_local.ts`,
+      'import type { r } from "./_show_render.ts";\n',
+    );
+    assert.deepEqual(privateLeaks(importGraph(dir)), []);
+    await Deno.writeTextFile(`${dir}/sweep.ts`, 'export { r } from "./_show_render.ts";\n');
+    assert.deepEqual(privateLeaks(importGraph(dir)), ["sweep.ts -> _show_render.ts"]);
+  });
+});
+
+Deno.test("lib/: no module imports another family's private helper", () => {
+  assert.deepEqual(privateLeaks(importGraph(new URL("../lib", import.meta.url).pathname)), []);
 });

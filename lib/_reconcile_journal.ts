@@ -17,7 +17,7 @@ import type { MiloClient } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import { restoreClaim } from "./restore.ts";
 import { ageOnMilo, type IPClaim } from "./milo_objects.ts";
-import type { JournalReport, ReconcileOptions, ReconcileReport } from "./reconcile_report.ts";
+import type { JournalReport, ReconcileOptions, ReconcileReport } from "./_reconcile_report.ts";
 
 /**
  * Finishes the release journal: each entry's claims released (see

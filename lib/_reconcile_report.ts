@@ -1,12 +1,12 @@
 /**
  * What one `milo-ipam reconcile` run is given and what it reports (its JSON
  * on stdout), and its exit status: shared by the run (lib/reconcile.ts) and
- * its parts (lib/reconcile_journal.ts, lib/reconcile_verify.ts).
+ * its parts (lib/_reconcile_journal.ts, lib/_reconcile_verify.ts).
  */
 import type { NodeConfig } from "./config.ts";
 import type { Brake, LiveSet } from "./liveness.ts";
 import type { MiloClient } from "./milo.ts";
-import type { Verified } from "./reconcile_verify.ts";
+import type { Verified } from "./_reconcile_verify.ts";
 import type { Duplicate } from "./restore.ts";
 
 /** A journal entry the run could not finish. */

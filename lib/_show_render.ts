@@ -6,8 +6,8 @@
  */
 import { redact } from "./redact.ts";
 import { printable, printableLines } from "./printable.ts";
-import { renderPools } from "./show_pools.ts";
-import type { NodeView, ShowReport } from "./show_report.ts";
+import { renderPools } from "./_show_pools.ts";
+import type { NodeView, ShowReport } from "./_show_report.ts";
 import { quotaText } from "./milo_quota.ts";
 import type { Grant, RetainedRow } from "./show_retained.ts";
 
