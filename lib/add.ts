@@ -8,6 +8,7 @@ import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invoc
 import { afterFailedAdd, type Holding } from "./lease.ts";
 import type { JournalHold } from "./journal.ts";
 import { withAttachmentLock } from "./lockfile.ts";
+import type { MiloCalls } from "./milo_calls.ts";
 import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
 import { grantedScope, namesScope } from "./scope_grant.ts";
@@ -62,16 +63,22 @@ export const add: Handler = async (inv) => {
     let adding: Holding | undefined;
     /** Set when a create this ADD sent went unanswered: it may land yet. */
     let inDoubt = false;
+    const heard = { unanswered: false };
     try {
       adding = inv.holdings.adding(inv.attachment, inv.callId, names, inv.now(), inv.deadline);
-      const held = await leaseAll(inv, net, entry, requested);
+      const held = await leaseAll(
+        { ...inv, milo: hearing(inv.milo, heard) },
+        net,
+        entry,
+        requested,
+      );
       const claims = held.map((h) => ({
         name: h.name,
         uid: h.uid,
         address: formatCidr(h.cidr),
         body: h.body,
       }));
-      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
+      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now(), heard.unanswered);
       await entry?.remove();
       leased = true;
       return {
@@ -84,10 +91,29 @@ export const add: Handler = async (inv) => {
       throw err;
     } finally {
       entry?.close();
-      if (!leased && adding) settle(inv, previous, adding, inDoubt);
+      if (!leased && adding) settle(inv, previous, adding, inDoubt || heard.unanswered);
     }
   });
 };
+
+/**
+ * `milo` whose creates tell `heard` when one of their attempts went
+ * unanswered, whatever the create's end: the ADD's own doubt.
+ */
+function hearing(milo: MiloCalls, heard: { unanswered: boolean }): MiloCalls {
+  const events = { unanswered: () => void (heard.unanswered = true) };
+  return {
+    createClaim: (body) => milo.createClaim(body, events),
+    getClaim: (name) => milo.getClaim(name),
+    listClaimsAt: (selector) => milo.listClaimsAt(selector),
+    releaseIf: (name, mine, e) => milo.releaseIf(name, mine, e),
+    releaseClaim: (name, uid, e) => milo.releaseClaim(name, uid, e),
+    deleteClaim: (name) => milo.deleteClaim(name),
+    get requests() {
+      return milo.requests;
+    },
+  };
+}
 
 /**
  * The record after a failed ADD (lib/lease.ts `afterFailedAdd`): the one it

@@ -58,7 +58,7 @@ import {
 } from "./milo_quota.ts";
 import { type Release, type ReleaseEvents, releaseIf } from "./milo_release.ts";
 import type { Slot } from "./limiter.ts";
-import type { ClaimList, MiloCalls } from "./milo_calls.ts";
+import type { ClaimList, CreateEvents, MiloCalls } from "./milo_calls.ts";
 import type { ClientOptions } from "./_milo_options.ts";
 import { after, pause } from "./timers.ts";
 
@@ -85,6 +85,8 @@ interface CallOptions {
   also?: (status: number, st: MiloStatus | undefined) => boolean;
   /** Sent again only when Milo certainly did not act on it; else {@link Unanswered}. */
   unsentOnly?: boolean;
+  /** Hears of each attempt that went out without its answer read. */
+  unanswered?: () => void;
 }
 
 /** A thin Milo IPAM client: deadlines, bounded jittered retries, Status-aware errors. */
@@ -166,13 +168,18 @@ export class MiloClient implements MiloCalls {
    * passes (timed out, a stale claim, its internal error) is sent again
    * within the deadline ({@link quotaPasses}).
    */
-  async createClaim(body: Record<string, unknown>): Promise<IPClaim | null> {
+  async createClaim(body: Record<string, unknown>, heard?: CreateEvents): Promise<IPClaim | null> {
     const ns = this.#o.namespace;
     const name = String((body.metadata as { name?: unknown } | undefined)?.name ?? "");
     const also = (status: number, st: MiloStatus | undefined) =>
       status === 500 && nameTaken(st, ns, name);
     const path = this.#claimsPath();
-    const a = await this.#call("POST", path, { body, accept: [201, 409], also });
+    const a = await this.#call("POST", path, {
+      body,
+      accept: [201, 409],
+      also,
+      unanswered: heard?.unanswered,
+    });
     if (a.status === 201) return parse(IPClaimSchema, a.body, "IPClaim");
     const st = statusOf(a.body);
     if (a.status === 500 || st?.reason === "AlreadyExists") return null;
@@ -348,7 +355,10 @@ export class MiloClient implements MiloCalls {
     /** Set once an attempt may have run without its answer read: a create of it may land. */
     let sentUnanswered = false;
     try {
-      return await this.#attempts(method, path, o, () => sentUnanswered = true);
+      return await this.#attempts(method, path, o, () => {
+        sentUnanswered = true;
+        o.unanswered?.();
+      });
     } catch (err) {
       if (err instanceof CniError && method === "POST" && sentUnanswered) err.inDoubt = true;
       throw err;

@@ -14,13 +14,21 @@ export interface ClaimList {
   serverTime: number;
 }
 
+/** What a create's caller hears of its attempts. */
+export interface CreateEvents {
+  /** An attempt went out and its answer was not read: Milo may run it yet. */
+  unanswered(): void;
+}
+
 export interface MiloCalls {
   /**
    * Creates a claim: the bound claim (201), or null when its name is taken
    * (Milo's AlreadyExists). Throws Milo's other refusals; a failure after a
-   * create went unanswered is `inDoubt` (lib/errors.ts).
+   * create went unanswered is `inDoubt` (lib/errors.ts). `heard` hears of
+   * each attempt sent without its answer read, whatever the call's end: a
+   * create that succeeded on a later attempt may still land after it.
    */
-  createClaim(body: Record<string, unknown>): Promise<IPClaim | null>;
+  createClaim(body: Record<string, unknown>, heard?: CreateEvents): Promise<IPClaim | null>;
   /** The claim `name`, or null when Milo has none. */
   getClaim(name: string): Promise<IPClaim | null>;
   /** The claims a label selector names, with Milo's clock of the answer. */

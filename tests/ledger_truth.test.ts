@@ -309,6 +309,36 @@ Deno.test("ADD: a create refused at connect leaves no doubt; one whose answer wa
   });
 });
 
+Deno.test("ADD: one that succeeds after a create went unanswered stays in doubt; the DEL journals it, and reconcile releases the late create", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const v4 = { ipam: { classes: { ipv4: "vpc-pods-ipv4" } } };
+    // The first create's answer is lost before Milo ran it (queued); the retry makes the claim.
+    stub.inject({ method: "POST", times: 1, answer: () => lost() });
+    const a = invocation(stub, { command: "ADD", stateDir: dir, ...v4 });
+    await add(a);
+    const name = claimName(a.attachment, "ipv4");
+    const record = new Holdings(dir).read(a.attachment);
+    assert.equal(record?.state, "held");
+    assert.deepEqual(record?.doubt?.names, [name], "its lost create may land yet");
+    const d = invocation(stub, { command: "DEL", stateDir: dir, ...v4 });
+    await del(d);
+    assert.equal(stub.get(name), undefined, "released");
+    const [entry] = await d.journal.list();
+    assert.equal(entry?.entry?.inDoubt, true, "the DEL owes the doubt");
+    // The lost create lands after the DEL: a claim no sandbox holds.
+    stub.materialize(claimBody("default", d.conf.network, d.attachment, "ipv4"));
+    const report = await reconcile({
+      node: d.node,
+      milo: stub.client(),
+      graceMs: GRACE_MS,
+      dryRun: false,
+    });
+    assert.deepEqual(report.released.map((x) => [x.via, x.claim]), [["journal", name]]);
+    assert.equal(stub.get(name), undefined, "the late create is released");
+  });
+});
+
 Deno.test("ADD: a claim an earlier ADD holds stays recorded when a later ADD of another config fails in doubt", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
