@@ -125,7 +125,8 @@ export function beginAdd(previous: Holding | undefined, adding: Holding): Holdin
  */
 export function afterAdd(adding: Holding, held: Holding, unanswered = false): Holding {
   const claims = mergeClaims(adding.claims, held.claims);
-  const doubt = unanswered ? doubtOf(adding) : adding.doubt;
+  const own = unanswered ? { since: held.at, names: held.claims.map((c) => c.name) } : undefined;
+  const doubt = mergeDoubt(adding.doubt, own);
   return { ...held, claims, ...(doubt ? { doubt } : {}) };
 }
 

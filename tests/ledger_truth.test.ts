@@ -321,6 +321,7 @@ Deno.test("ADD: one that succeeds after a create went unanswered stays in doubt;
     const record = new Holdings(dir).read(a.attachment);
     assert.equal(record?.state, "held");
     assert.deepEqual(record?.doubt?.names, [name], "its lost create may land yet");
+    assert.equal(record?.doubt?.since, record?.at, "from the ADD's end, not its deadline");
     const d = invocation(stub, { command: "DEL", stateDir: dir, ...v4 });
     await del(d);
     assert.equal(stub.get(name), undefined, "released");
