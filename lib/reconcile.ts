@@ -400,7 +400,7 @@ async function releaseOrphans(
     }
     for (const remake of tally.owed.splice(0)) {
       const a = { ...c.h, node: c.h.node ?? o.node.node, host };
-      await journal.recordRemake(a, remake).catch((err) =>
+      await journal.recordRemake(a, remake, (o.now ?? Date.now)()).catch((err) =>
         report.errors.push({ claim: name, error: `owed again, not journaled: ${errorText(err)}` })
       );
     }
