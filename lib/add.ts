@@ -70,7 +70,8 @@ export const add: Handler = async (inv) => {
         address: formatCidr(h.cidr),
         body: h.body,
       }));
-      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now());
+      const unanswered = inv.milo.unansweredCreates > 0;
+      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now(), unanswered);
       await entry?.remove();
       leased = true;
       return {

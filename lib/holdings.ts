@@ -95,14 +95,17 @@ export class Holdings {
 
   /**
    * Records that the ADD `addId` of `a` holds `claims`, keeping what its
-   * `adding` record carried (lib/lease.ts `afterAdd`).
+   * `adding` record carried (lib/lease.ts `afterAdd`); `unanswered`: a create
+   * of the ADD went unanswered (its creates stay in doubt).
    */
-  held(a: Attachment, addId: string, claims: HeldClaim[], now: number): void {
+  held(a: Attachment, addId: string, claims: HeldClaim[], now: number, unanswered = false): void {
     const held: Holding = { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now };
     const adding = this.read(a);
     this.#write(
       a,
-      adding?.state === "adding" && adding.addId === addId ? afterAdd(adding, held) : held,
+      adding?.state === "adding" && adding.addId === addId
+        ? afterAdd(adding, held, unanswered)
+        : held,
     );
   }
 

@@ -16,7 +16,9 @@
  * Doubt is never forgotten by a transition: an ADD that fails after every
  * create was answered puts back the record it found, in doubt or not; one
  * with a create unanswered keeps its `adding` record, which carries the
- * earlier doubt and the claims recorded before it; a DEL after doubt
+ * earlier doubt and the claims recorded before it; one that succeeded with a
+ * create unanswered (its retry made the claim) is held and in doubt, for that
+ * create may land after a DEL has released the claim; a DEL after doubt
  * journals it in doubt whatever happened to the DEL, and the journal's
  * window counts from when the doubt began (the ADD's end), not from an
  * older entry's creation.
@@ -108,11 +110,13 @@ export function beginAdd(previous: Holding | undefined, adding: Holding): Holdin
 /**
  * The `held` record of an ADD that succeeded with `claims`: what the ADD
  * found recorded before it stays (a claim of a class since dropped is still
- * this attachment's to release), and so does any doubt.
+ * this attachment's to release), and so does any doubt; `unanswered`: a
+ * create of this ADD went unanswered, so its own creates are in doubt too.
  */
-export function afterAdd(adding: Holding, held: Holding): Holding {
+export function afterAdd(adding: Holding, held: Holding, unanswered = false): Holding {
   const claims = mergeClaims(adding.claims, held.claims);
-  return { ...held, claims, ...(adding.doubt ? { doubt: adding.doubt } : {}) };
+  const doubt = unanswered ? doubtOf(adding) : adding.doubt;
+  return { ...held, claims, ...(doubt ? { doubt } : {}) };
 }
 
 /**
