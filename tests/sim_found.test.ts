@@ -1,7 +1,7 @@
 /**
  * The sequences the simulator (testing/sim, `deno task simulate`) found in
  * the release paths, each pinned in-process over the stub answering as Milo
- * does, with the seed and profile that first showed it. Those fixed here
+ * does (docs/simulator.md names a seed that shows each). Those fixed here
  * fail on the code before their fix; those left for a design change are
  * `ignore`d and say so.
  */
@@ -54,7 +54,7 @@ function reconcileAt(stub: StubMilo, node: InvocationOptions & { now?: () => num
   });
 }
 
-Deno.test("reconcile's journal in doubt waits while another holder has the name: its own create lands once that one goes (seed 11)", async () => {
+Deno.test("reconcile's journal in doubt waits while another holder has the name: its own create lands once that one goes", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const o = { stateDir: dir, ...POD, deadline: Date.now() + 2_000 };
@@ -87,7 +87,7 @@ Deno.test("reconcile's journal in doubt waits while another holder has the name:
   });
 });
 
-Deno.test("reconcile's journal in doubt keeps watching after releasing one late create: a retry's create lands after it (agent seed 23)", async () => {
+Deno.test("reconcile's journal in doubt keeps watching after releasing one late create: a retry's create lands after it", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const o = { stateDir: dir, ipam: V4, deadline: Date.now() + 2_000 };
@@ -110,7 +110,7 @@ Deno.test("reconcile's journal in doubt keeps watching after releasing one late 
   });
 });
 
-Deno.test("ADD that succeeded after a create went unanswered stays in doubt: its DEL journals it (agent seed 10)", async () => {
+Deno.test("ADD that succeeded after a create went unanswered stays in doubt: its DEL journals it", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const o = { stateDir: dir, ipam: V4 };
@@ -132,7 +132,7 @@ Deno.test("ADD that succeeded after a create went unanswered stays in doubt: its
   });
 });
 
-Deno.test("a DEL that succeeds after one that failed in doubt keeps every in-doubt name journaled (agent seed 1)", async () => {
+Deno.test("a DEL that succeeds after one that failed in doubt keeps every in-doubt name journaled", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const o = { stateDir: dir, deadline: Date.now() + 2_000 };
@@ -164,7 +164,7 @@ Deno.test("a DEL that succeeds after one that failed in doubt keeps every in-dou
   });
 });
 
-Deno.test("reconcile does not make again a claim the attachment's DEL released while it ran (agent seed 10)", async () => {
+Deno.test("reconcile does not make again a claim the attachment's DEL released while it ran", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const clock = { t: Date.now() };
@@ -208,7 +208,7 @@ function verifiedAt(stateFile: string, at: [string, string, number][]): void {
   Deno.writeTextFileSync(stateFile, JSON.stringify({ absent: {}, seen: {}, verified }));
 }
 
-Deno.test("reconcile reports a live claim another sandbox of this node holds, though the other's record names it too (racer seed 17)", async () => {
+Deno.test("reconcile reports a live claim another sandbox of this node holds, though the other's record names it too", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const clock = { t: Date.now() };
@@ -250,7 +250,7 @@ Deno.test("reconcile reports a live claim another sandbox of this node holds, th
   });
 });
 
-Deno.test("reconcile: a duplicate read every run does not keep the other live claims from being verified (seed 30)", async () => {
+Deno.test("reconcile: a duplicate read every run does not keep the other live claims from being verified", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const clock = { t: Date.now() };
@@ -291,7 +291,7 @@ Deno.test("reconcile: a duplicate read every run does not keep the other live cl
 
 Deno.test({
   name:
-    "a DELETE sent, unanswered, and run by Milo after the name was made again removes the new holder's claim (seed 20; left for a design change)",
+    "a DELETE sent, unanswered, and run by Milo after the name was made again removes the new holder's claim (left for a design change)",
   // Milo may run a request after its sender gave up on it (a queue, a proxy), as lib/ already
   // assumes of creates (an ADD in doubt); a DELETE is trusted done or never done once a GET
   // finds the claim. Needs a DELETE's own doubt: its name watched (never made again on this
@@ -323,7 +323,7 @@ Deno.test({
 
 Deno.test({
   name:
-    "an ADD that succeeds drops the journal's doubt of an earlier ADD of the attachment; its late create outlives the next DEL (agent seed 1; left for the integrator)",
+    "an ADD that succeeds drops the journal's doubt of an earlier ADD of the attachment; its late create outlives the next DEL (left for the integrator)",
   // add.ts drops the attachment's journal entry once the ADD succeeded; an entry in doubt
   // carries creates of an earlier ADD that may still land. Needs the entry's doubt carried
   // into the new record (lib/lease.ts afterAdd) before the entry goes.
@@ -350,7 +350,7 @@ Deno.test({
 
 Deno.test({
   name:
-    "a claim reconcile makes again whose create went unanswered lands after the attachment's DEL; nothing owes it (racer seed 30; left for the integrator)",
+    "a claim reconcile makes again whose create went unanswered lands after the attachment's DEL; nothing owes it (left for the integrator)",
   // reconcile's creates (verification's repair, the journal's remake, a release's remake) keep
   // no doubt of their own: a create of them that Milo runs late outlives the DEL that follows.
   // Needs such a create journaled in doubt, as an ADD's are.
