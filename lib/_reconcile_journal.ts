@@ -158,6 +158,10 @@ async function finishEntry(
           holdings.adopt(a, { name: c.name, uid: r.claim.metadata.uid }, now());
         }
       } else done.push(c.name);
+      // In doubt, another create of the name (a retry's) may land after this one: watched on.
+      if (r.outcome === "released" && entry.inDoubt && now() < doubtUntil(entry, o.graceMs)) {
+        waiting.push({ name: c.name });
+      }
       if (r.outcome === "released") {
         const pod = r.claim ? holderOf(r.claim).pod : undefined;
         const address = r.claim?.status.allocatedCIDR ?? r.claim?.status.address;
@@ -223,8 +227,9 @@ interface Judged {
  * before the entry (or, in doubt, before its grace ends). Both ages are told
  * on one clock each: the claim's on Milo's (its creation against the answer's
  * `Date`, whole seconds), the entry's on the node's; a claim within a second
- * of the entry counts as newer. An absent claim is `awaited` while an entry
- * in doubt's grace runs (the node's clock on both sides).
+ * of the entry counts as newer. An absent claim, or one another holder has
+ * now, is `awaited` while an entry in doubt's grace runs (the node's clock on
+ * both sides).
  */
 async function releaseJournaled(
   milo: MiloClient,
@@ -259,11 +264,14 @@ async function releaseJournaled(
     );
     return false;
   }, tally.of((w) => why.push(w)));
+  // In doubt, the attachment's own create may land yet: while the name is absent, or another
+  // holder's (a name other sandboxes make again lands once that holder's claim is gone).
+  const waiting = entry.inDoubt && now() < doubtUntil(entry, graceMs);
   if (r === "absent") {
-    const waiting = entry.inDoubt && now() < doubtUntil(entry, graceMs);
     return waiting ? { outcome: "awaited" } : { outcome: "absent", why: "absent" };
   }
   if (r === "released") return { outcome: "released", claim: mine };
   if (newer) return { outcome: "newer", why: why.join("; "), claim: newer };
+  if (waiting) return { outcome: "awaited" };
   return { outcome: "changed", why: why.join("; ") || "changed" };
 }

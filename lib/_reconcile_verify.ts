@@ -10,9 +10,12 @@
  * machine, whose container a result cache names): those not verified for
  * `reconcile.verifyIntervalS`, spread over the runs of that interval, and at
  * least one (the least recently verified), so that a namespace's claims all
- * gone is seen within one run; a claim found missing widens the run to every
- * live claim. A missing claim is made again, under the attachment's lock
- * while its record and its cache entry are still as read, as the ADD posted
+ * gone is seen within one run; a claim found missing, or another holder's,
+ * widens the run to every live claim (a duplicate, read again every run, would
+ * otherwise take the run's share for as long as it lasts). A missing claim is
+ * made again, under the attachment's lock while its record (still naming it,
+ * no release of the attachment journaled since) and its cache entry are still
+ * as read, as the ADD posted
  * it with its address pinned (the node's own privilege: no network config
  * asks for it) and verified (lib/restore.ts); a claim of the name another
  * holder has, or an address another claim holds, is a duplicate: reported
@@ -23,6 +26,7 @@ import type { NodeConfig } from "./config.ts";
 import { errorText, toCniError } from "./errors.ts";
 import { describeHolder, notHeldHere } from "./holder.ts";
 import type { Holdings } from "./holdings.ts";
+import { Journal } from "./journal.ts";
 import type { HeldClaim, Holding } from "./lease.ts";
 import { isLive, type LiveReader, type LiveSet } from "./liveness.ts";
 import { withAttachmentLock } from "./lockfile.ts";
@@ -57,7 +61,7 @@ export interface VerifyRun {
   /** The claims of this machine's `held` records that no journal entry owes. */
   claims: { c: HeldClaim; h: Holding }[];
   live: LiveSet;
-  /** When each claim was last found as recorded (ms, the node's clock), by name. */
+  /** When each claim was last found as recorded (ms, the node's clock), by {@link keyOf}. */
   verified: Record<string, number>;
   now: () => number;
 }
@@ -70,11 +74,11 @@ export async function verifyLive(run: VerifyRun): Promise<Verified> {
   const out: Verified = { checked: 0, remade: [], duplicates: [], missing: [], errors: [] };
   const everyMs = run.node.reconcile.verifyIntervalS * 1000;
   const live = run.claims.filter((x) => isLive(run.live, x.h.containerId));
-  for (const name of Object.keys(run.verified)) {
-    if (!live.some((x) => x.c.name === name)) delete run.verified[name];
+  for (const key of Object.keys(run.verified)) {
+    if (!live.some((x) => keyOf(x) === key)) delete run.verified[key];
   }
   if (!everyMs || !live.length) return out;
-  const last = (x: LiveClaim) => run.verified[x.c.name] ?? x.h.at;
+  const last = (x: LiveClaim) => run.verified[keyOf(x)] ?? x.h.at;
   const byAge = [...live].sort((x, y) => last(x) - last(y));
   const runs = Math.max(1, everyMs / (run.node.agent.reconcileIntervalS * 1000));
   const share = Math.ceil(live.length / runs);
@@ -93,16 +97,23 @@ export async function verifyLive(run: VerifyRun): Promise<Verified> {
   return out;
 }
 
-/** Verifies one live claim; answers true when Milo had no claim of its name. */
+/**
+ * What `verified` knows a live claim by: its name and the container whose
+ * record names it (a name other sandboxes make again may be named by two
+ * records of this node, one of them a duplicate the other's verification
+ * must not hide).
+ */
+function keyOf(x: LiveClaim): string {
+  return `${x.c.name} ${x.h.containerId}`;
+}
+
+/** Verifies one live claim; answers true when Milo had no claim of its name, or another's. */
 async function verifyOne(run: VerifyRun, x: LiveClaim, out: Verified): Promise<boolean> {
   const { c } = x;
   try {
     out.checked++;
     const claim = await run.milo().getClaim(c.name);
-    if (claim) {
-      judgeFound(run, x, claim, out);
-      return false;
-    }
+    if (claim) return judgeFound(run, x, claim, out);
     await repair(run, x, out);
     return true;
   } catch (err) {
@@ -111,18 +122,21 @@ async function verifyOne(run: VerifyRun, x: LiveClaim, out: Verified): Promise<b
   }
 }
 
-/** A live claim Milo has: as recorded (verified), or another holder's (a duplicate). */
-function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified): void {
+/**
+ * A live claim Milo has: as recorded (verified), or another holder's (a
+ * duplicate: answers true).
+ */
+function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified): boolean {
   const { c, h } = x;
   const a = { ...h, node: h.node ?? run.node.node };
   const other = notHeldHere(claim, a);
   if (!other && sameAddress(claim, c.address)) {
-    run.verified[c.name] = run.now();
+    run.verified[keyOf(x)] = run.now();
     if (claim.metadata.uid && claim.metadata.uid !== c.uid) {
       // Made again (a restore, the journal's remake): the same lease under a new uid.
       run.holdings.adopt(a, { ...c, uid: claim.metadata.uid }, run.now(), true);
     }
-    return;
+    return false;
   }
   out.duplicates.push({
     claim: c.name,
@@ -130,6 +144,7 @@ function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified)
     holder: holderOfRecord(h, c),
     now: `claim ${c.name} now records ${describeHolder(claim)} on ${leased(claim)}`,
   });
+  return true;
 }
 
 /**
@@ -152,7 +167,11 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
   await withAttachmentLock(run.node.stateDir, key, async () => {
     try {
       const now = run.holdings.read(key);
+      // Made again only while the record still holds it and no release of the attachment is
+      // owed: a DEL that ran meanwhile released it (and dropped it) or journaled it, and a
+      // runtime keeps the cache entry of a DEL that failed.
       if (now?.addId !== h.addId || now.state !== "held") return;
+      if (!now.claims.some((x) => x.name === c.name) || owed(run, key)) return;
       if (!isLive(await run.caches.read(), h.containerId)) return;
       const claim = await run.milo().getClaim(c.name);
       if (claim) return judgeFound(run, x, claim, out);
@@ -162,7 +181,7 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
         return;
       }
       out.remade.push({ claim: c.name, outcome: r.outcome });
-      run.verified[c.name] = run.now();
+      run.verified[keyOf(x)] = run.now();
       const made = await run.milo().getClaim(c.name);
       if (made?.metadata.uid) {
         const a = { ...h, node: h.node ?? run.node.node };
@@ -172,6 +191,16 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
       out.missing.push({ claim: c.name, address: c.address, why: errorText(err) });
     }
   });
+}
+
+/** True when the release journal owes a release of the attachment `key`. */
+function owed(run: VerifyRun, key: Parameters<Journal["pathOf"]>[0]): boolean {
+  try {
+    Deno.statSync(new Journal(run.node.stateDir).pathOf(key));
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** The holder a record names, in one line. */

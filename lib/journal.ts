@@ -123,8 +123,9 @@ export class Journal {
    * `owedAfterRelease`): its claims and the error that left them, and, when
    * creates may still land, the doubt (in doubt from then on, its window from
    * the latest doubt's beginning). `replace`: the claims the entry owed before
-   * were just released (only the doubt is owed of them). Under the entry's
-   * lock (`held`: the caller holds it already).
+   * were just released (only the doubt is owed of them; an entry in doubt
+   * keeps them all, for another create of them may land yet). Under the
+   * entry's lock (`held`: the caller holds it already).
    */
   owe(
     a: Attachment,
@@ -134,7 +135,8 @@ export class Journal {
   ): Promise<string> {
     const now = o.now ?? Date.now();
     return this.#write(a, (old) => {
-      const byName = new Map((o.replace ? [] : old?.claims ?? []).map((c) => [c.name, c]));
+      const kept = o.replace && !old?.inDoubt ? [] : old?.claims ?? [];
+      const byName = new Map(kept.map((c) => [c.name, c]));
       for (const c of owed.claims) byName.set(c.name, { ...byName.get(c.name), ...c });
       for (const name of owed.doubt?.names ?? []) byName.set(name, byName.get(name) ?? { name });
       const entry = entryOf(a, old?.created ?? now, [...byName.values()], error);

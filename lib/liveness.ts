@@ -315,7 +315,7 @@ export interface State {
   /** Claims of galactic attachments a cache has named: their uid then (lib/evidence.ts). */
   seen: Record<string, string>;
   baseline?: Baseline;
-  /** Live claims last found in Milo as recorded (ms, the node's clock), by name. */
+  /** Live claims last found in Milo as recorded (ms, the node's clock), by claim name and container. */
   verified?: Record<string, number>;
   /**
    * What the last run's verification found wrong (addresses two sandboxes

@@ -6,6 +6,23 @@
 import { type Attachment, attachmentHash } from "./claims.ts";
 import { CniError, errorText } from "./errors.ts";
 
+/** Takes the exclusive lock of an open file, waiting for its holder; closing the file drops it. */
+export type Flock = (file: Deno.FsFile) => Promise<void>;
+
+/** flock(2), as Deno takes it. */
+const kernelFlock: Flock = (file) => file.lock(true);
+
+let flock: Flock = kernelFlock;
+
+/**
+ * Replaces how {@link lockFile} takes a lock (undefined: flock again): the
+ * simulator (testing/sim) grants them in its own deterministic order, by the
+ * same inode, released when the file is closed.
+ */
+export function useFlock(f: Flock | undefined): void {
+  flock = f ?? kernelFlock;
+}
+
 /**
  * Opens and locks the file at `path` (creating it when `create`), waiting for
  * its holder; null when it does not exist. A file replaced or removed while
@@ -30,7 +47,7 @@ export async function lockFile(path: string, create = false): Promise<Deno.FsFil
       throw err;
     }
     try {
-      await file.lock(true);
+      await flock(file);
       if (inode() === file.statSync().ino) return file;
     } catch (err) {
       file.close();

@@ -117,6 +117,11 @@ export class MiloClient implements MiloCalls {
     return new MiloClient({ ...this.#o, deadline }, this.#counter);
   }
 
+  /** The same client with a deadline `ms` from now, on its own clock. */
+  withBudget(ms: number): MiloClient {
+    return this.withDeadline(this.#now() + ms);
+  }
+
   /** The same client that goes on when the caller is gone (to undo what was half done). */
   unabortable(): MiloClient {
     return new MiloClient({ ...this.#o, signal: undefined }, this.#counter);

@@ -349,7 +349,7 @@ async function releaseOrphans(
     else await withAttachmentLock(o.node.stateDir, key, judge);
     for (const remake of tally.owed.splice(0)) {
       const a = { ...c.h, node: c.h.node ?? o.node.node, host };
-      await journal.recordRemake(a, remake).catch((err) =>
+      await journal.recordRemake(a, remake, (o.now ?? Date.now)()).catch((err) =>
         report.errors.push({ claim: name, error: `owed again, not journaled: ${errorText(err)}` })
       );
     }

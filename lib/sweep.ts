@@ -312,7 +312,7 @@ async function observe(
     obs.candidates.set(name, c);
     if (live === undefined) gonePods.add(h.podUid);
   };
-  const milo = o.milo.withDeadline(Date.now() + o.operationMs);
+  const milo = o.milo.withBudget(o.operationMs);
   obs.miloAt = await listed(
     "the Milo LIST of the cluster's claims",
     () => milo.scanClaims(clusterSelector(o.cluster), judge),
@@ -447,7 +447,7 @@ async function recheck(
       row.why = `pod exists on re-check (node ${pod.nodeName ?? "none"}, phase ${pod.phase})`;
       return;
     }
-    const milo = o.milo.withDeadline(Date.now() + o.operationMs);
+    const milo = o.milo.withBudget(o.operationMs);
     const notes: string[] = [];
     const duplicates: string[] = [];
     let r: Release;
