@@ -175,7 +175,11 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
       if (!isLive(await run.caches.read(), h.containerId)) return;
       const claim = await run.milo().getClaim(c.name);
       if (claim) return judgeFound(run, x, claim, out);
-      const r = await restoreClaim(run.milo(), body);
+      const r = await restoreClaim(run.milo(), body, {
+        // A create that may land after the attachment's DEL: the record's doubt, which that DEL
+        // journals.
+        unanswered: () => run.holdings.doubt(key, [c.name], run.now()),
+      });
       if (r.outcome === "duplicate") {
         out.duplicates.push({ ...r.duplicate, holder: holderOfRecord(h, c) });
         return;

@@ -78,7 +78,8 @@ export const add: Handler = async (inv) => {
         address: formatCidr(h.cidr),
         body: h.body,
       }));
-      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now(), heard.unanswered);
+      const owed = await entry?.doubt();
+      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now(), heard.unanswered, owed);
       await entry?.remove();
       leased = true;
       return {

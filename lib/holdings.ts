@@ -31,7 +31,14 @@ import type { NodeConfig } from "./config.ts";
 import { CniError, errorText } from "./errors.ts";
 import { galacticOf } from "./evidence.ts";
 import { bootId } from "./host.ts";
-import { afterAdd, beginAdd, type HeldClaim, type Holding } from "./lease.ts";
+import {
+  afterAdd,
+  beginAdd,
+  type Doubt,
+  type HeldClaim,
+  type Holding,
+  mergeDoubt,
+} from "./lease.ts";
 import { WATCHDOG_GRACE_MS } from "./timers.ts";
 
 type Key = Pick<Attachment, "cluster" | "containerId" | "ifname">;
@@ -96,15 +103,23 @@ export class Holdings {
   /**
    * Records that the ADD `addId` of `a` holds `claims`, keeping what its
    * `adding` record carried (lib/lease.ts `afterAdd`); `unanswered`: a create
-   * of the ADD went unanswered, and its creates stay in doubt.
+   * of the ADD went unanswered, and its creates stay in doubt; `owed`: the
+   * doubt of the attachment's journal entry the ADD takes over.
    */
-  held(a: Attachment, addId: string, claims: HeldClaim[], now: number, unanswered = false): void {
+  held(
+    a: Attachment,
+    addId: string,
+    claims: HeldClaim[],
+    now: number,
+    unanswered = false,
+    owed?: Doubt,
+  ): void {
     const held: Holding = { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now };
     const adding = this.read(a);
     this.#write(
       a,
       adding?.state === "adding" && adding.addId === addId
-        ? afterAdd(adding, held, unanswered)
+        ? afterAdd(adding, held, unanswered, owed)
         : held,
     );
   }
@@ -183,6 +198,17 @@ export class Holdings {
     const claims = [...(h?.claims ?? []).filter((c) => c !== had), { ...had, ...claim }];
     if (h) return this.#write(a, { ...h, claims });
     this.#write(a, { ...fields(a, claims), state: "held", addId: "listed", at: now });
+  }
+
+  /**
+   * Adds `names` to the doubt of the record of `a` (creates sent for it that
+   * may land yet, since `since`); the caller holds its lock.
+   */
+  doubt(a: Key, names: string[], since: number): void {
+    const h = this.read(a);
+    if (!h) return;
+    const doubt = mergeDoubt(h.doubt, { since, names });
+    this.#write(a, { ...h, ...(doubt ? { doubt } : {}) });
   }
 
   /** Drops `names` from the record of `a` (removing it when none is left); the caller holds its lock. */

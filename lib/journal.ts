@@ -16,7 +16,7 @@
  */
 import { writeAtomic } from "./atomic_write.ts";
 import { type Attachment, attachmentHash } from "./claims.ts";
-import type { JournalClaim, Owed } from "./lease.ts";
+import type { Doubt, JournalClaim, Owed } from "./lease.ts";
 import { sha256Hex } from "./sha256.ts";
 import { CniError, errorText } from "./errors.ts";
 import {
@@ -96,6 +96,8 @@ export interface JournalHold {
   readonly path: string;
   /** Removes the entry (the lock is still held until {@link close}). */
   remove(): Promise<void>;
+  /** The entry's doubt, when it is in doubt: creates of an earlier ADD that may land yet. */
+  doubt(): Promise<Doubt | undefined>;
   /** Releases the lock. */
   close(): void;
 }
@@ -292,6 +294,11 @@ export class Journal {
         this.update(path, null).catch((err) => {
           throw new CniError("io", `cannot drop release journal entry ${path}`, errorText(err));
         }),
+      doubt: async () => {
+        const e = await this.#read(path);
+        if (!e || e.kind !== undefined || !e.inDoubt) return undefined;
+        return { since: e.doubtSince ?? e.created, names: e.claims.map((c) => c.name) };
+      },
       close: () => file.close(),
     };
   }

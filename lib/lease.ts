@@ -18,7 +18,8 @@
  * with a create unanswered keeps its `adding` record, which carries the
  * earlier doubt and the claims recorded before it; one that succeeded after
  * a create went unanswered is held and in doubt (that create may land after
- * a DEL has released the claim); a DEL after doubt
+ * a DEL has released the claim), and keeps the doubt of the journal entry it
+ * drops (an earlier ADD's creates); a DEL after doubt
  * journals it in doubt whatever happened to the DEL, and the journal's
  * window counts from when the doubt began (the ADD's end), not from an
  * older entry's creation.
@@ -121,12 +122,19 @@ export function beginAdd(previous: Holding | undefined, adding: Holding): Holdin
  * this attachment's to release), and so does any doubt. `unanswered`: a
  * create of this ADD went unanswered before a later attempt made its claim;
  * that create may land yet (after a DEL released the claim), so its own
- * creates are in doubt too, from the ADD's end.
+ * creates are in doubt too, from the ADD's end. `owed`: the doubt of the
+ * attachment's journal entry, which the ADD drops (an earlier ADD's creates
+ * that may land yet: the record carries them to the next DEL).
  */
-export function afterAdd(adding: Holding, held: Holding, unanswered = false): Holding {
+export function afterAdd(
+  adding: Holding,
+  held: Holding,
+  unanswered = false,
+  owed?: Doubt,
+): Holding {
   const claims = mergeClaims(adding.claims, held.claims);
   const own = unanswered ? { since: held.at, names: held.claims.map((c) => c.name) } : undefined;
-  const doubt = mergeDoubt(adding.doubt, own);
+  const doubt = mergeDoubt(mergeDoubt(adding.doubt, own), owed);
   return { ...held, claims, ...(doubt ? { doubt } : {}) };
 }
 

@@ -13,11 +13,12 @@ import { KEYS, PREFIX } from "./claims.ts";
 import { CniError, toCniError } from "./errors.ts";
 import { describeHolder } from "./holder.ts";
 import { ipValue, parseCidr, parseIp } from "./ip.ts";
+import type { CreateEvents } from "./milo_calls.ts";
 import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 
 /** The Milo client's calls a restore makes. */
 export interface RestoreCalls {
-  createClaim(body: Record<string, unknown>): Promise<IPClaim | null>;
+  createClaim(body: Record<string, unknown>, heard?: CreateEvents): Promise<IPClaim | null>;
   getClaim(name: string): Promise<IPClaim | null>;
 }
 
@@ -44,10 +45,13 @@ export type Restored = { outcome: "made" | "present" } | {
 /**
  * Posts `body` (a claim as it was, `spec.address` pinned) and verifies the
  * answer. Throws when Milo could not be asked (the caller owes the restore).
+ * `heard` hears of each create that went unanswered: it may land yet, after
+ * the holder's DEL.
  */
 export async function restoreClaim(
   milo: RestoreCalls,
   body: Record<string, unknown>,
+  heard?: CreateEvents,
 ): Promise<Restored> {
   const meta = body.metadata as { name: string; annotations?: Record<string, string> };
   const address = (body.spec as { address?: string }).address ?? "";
@@ -59,7 +63,7 @@ export async function restoreClaim(
   let made: IPClaim | null = null;
   let refused: CniError | undefined;
   try {
-    made = await milo.createClaim(body);
+    made = await milo.createClaim(body, heard);
   } catch (err) {
     refused = toCniError(err);
     if (refused.outcome !== "conflict") throw refused;

@@ -323,11 +323,9 @@ Deno.test({
 
 Deno.test({
   name:
-    "an ADD that succeeds drops the journal's doubt of an earlier ADD of the attachment; its late create outlives the next DEL (left for the integrator)",
+    "an ADD that succeeds keeps the doubt of the journal entry it drops: an earlier ADD's late create outlives the next DEL",
   // add.ts drops the attachment's journal entry once the ADD succeeded; an entry in doubt
-  // carries creates of an earlier ADD that may still land. Needs the entry's doubt carried
-  // into the new record (lib/lease.ts afterAdd) before the entry goes.
-  ignore: true,
+  // carries creates of an earlier ADD that may still land (the code before dropped them).
   fn: async () => {
     await withTempDir(async (dir) => {
       const stub = new StubMilo();
@@ -350,11 +348,9 @@ Deno.test({
 
 Deno.test({
   name:
-    "a claim reconcile makes again whose create went unanswered lands after the attachment's DEL; nothing owes it (left for the integrator)",
-  // reconcile's creates (verification's repair, the journal's remake, a release's remake) keep
-  // no doubt of their own: a create of them that Milo runs late outlives the DEL that follows.
-  // Needs such a create journaled in doubt, as an ADD's are.
-  ignore: true,
+    "a claim verification makes again whose create went unanswered lands after the attachment's DEL: the node still owes it",
+  // The repair's create is the record's doubt, which the DEL journals (the code before kept
+  // none: a create Milo ran late outlived the DEL that followed).
   fn: async () => {
     await withTempDir(async (dir) => {
       const stub = new StubMilo();
