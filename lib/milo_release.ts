@@ -169,7 +169,11 @@ async function remake(
   const removed = `the DELETE removed a newer claim of that name (uid ${gone.metadata.uid})`;
   const body = remakeBody(milo.namespace, gone);
   try {
-    const r = await restoreClaim(milo, body);
+    const again = {
+      ...milo,
+      releaseClaim: (n: string, uid: string) => releaseIf(milo, n, (c) => c.metadata.uid === uid),
+    };
+    const r = await restoreClaim(again, body);
     if (r.outcome === "duplicate") {
       events.duplicate?.(r.duplicate);
       events.note?.(`${removed}; its address is now another's: ${r.duplicate.now}`);

@@ -20,6 +20,8 @@ import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 export interface RestoreCalls {
   createClaim(body: Record<string, unknown>, heard?: CreateEvents): Promise<IPClaim | null>;
   getClaim(name: string): Promise<IPClaim | null>;
+  /** Releases the claim `name` while its uid is `uid` (lib/milo_release.ts). */
+  releaseClaim(name: string, uid: string): Promise<unknown>;
 }
 
 /**
@@ -79,8 +81,19 @@ export async function restoreClaim(
       refused ? `${refused.message}: ${refused.details}` : "Milo refused the name, then had none",
     );
   }
-  const same = sameHolder(found, meta.annotations ?? {}) && sameAddress(found, address);
-  if (same) return { outcome: made ? "made" : "present" };
+  const mine = sameHolder(found, meta.annotations ?? {});
+  if (mine && sameAddress(found, address)) return { outcome: made ? "made" : "present" };
+  if (mine && made?.metadata.uid) {
+    // Milo re-bound the name's retained address, not the one pinned: that address is the
+    // last holder's of the name, who may run on it. The claim made leases nothing this holder
+    // uses: released, the address left retained for the name.
+    const released = await milo.releaseClaim(meta.name, made.metadata.uid)
+      .then(() => "released again", (err) => `not released: ${toCniError(err).message}`);
+    return duplicate(
+      `claim ${meta.name} was made again on ${leased(made)}, the address Milo kept for the ` +
+        `name (its last holder's), not ${address}: ${released}`,
+    );
+  }
   return duplicate(`claim ${meta.name} now records ${describeHolder(found)} on ${leased(found)}`);
 }
 

@@ -202,3 +202,35 @@ Deno.test("reconcile --dry-run verifies nothing and makes nothing", async () => 
     assert.equal(r.verified, 0);
   });
 });
+
+Deno.test("reconcile: a claim made again that Milo re-binds to the name's retained address of another sandbox is released, and that sandbox's claim comes back", async () => {
+  await withTempDir(async (dir) => {
+    // Two live sandboxes of one slot (network identity: one name, Retain) on this node: each
+    // ADD succeeded while the other's claim was gone (deleted behind the node's back).
+    const slot = {
+      ipam: { identity: "network", classes: { ipv4: "vpc-pods-ipv4" } },
+      node: { allowIdentities: [{ identity: "network" }] },
+    };
+    const w = await node(dir, ["a"], slot);
+    const [name] = w.names("a");
+    const x = addressOf(w.stub.get(name))!;
+    w.stub.remove(name);
+    const y = "10.40.0.99/32";
+    w.stub.allocate = () => ({ allocatedCIDR: y, address: y.split("/")[0] });
+    w.clock.t += 1_000;
+    await add(w.inv("ADD", "b"));
+    await Deno.writeTextFile(
+      `${dir}/results/vpc-7b3e-b-eth0`,
+      JSON.stringify({ kind: "cniCacheV1", containerId: "b", ifName: "eth0", result: {} }),
+    );
+    // b's claim is deleted by hand: Milo keeps its address for the name (Retain).
+    w.stub.deleteClaim(name);
+    w.clock.t += 1_800_000;
+    const r = await w.run();
+    // a's repair posts its own address pinned; Milo re-binds the name's retained one (b's).
+    const c = w.stub.get(name);
+    assert.equal(c?.metadata.annotations?.[KEYS.containerId], "b", "the name is b's again");
+    assert.equal(addressOf(c), y, "on b's address");
+    assert.ok(r.duplicates.some((d) => d.address === x.split("/")[0]), "a is reported");
+  });
+});
