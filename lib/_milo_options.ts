@@ -40,6 +40,11 @@ export interface ClientOptions {
   /** Called after every attempt. */
   onRequest?: (e: RequestEvent) => void;
   /**
+   * Hears of each DELETE before it is sent: `lastSend` is the latest its
+   * attempts may go (the deadline). The node marks it (lib/late_deletes.ts).
+   */
+  deleting?: (name: string, lastSend: number) => void;
+  /**
    * Aborted when whoever asked is gone (the agent's caller closed its
    * connection): no request starts after it. The one in flight is not
    * cancelled: its answer says whether Milo made the claim, so it can be undone.

@@ -10,7 +10,9 @@
  * machine, whose container a result cache names): those not verified for
  * `reconcile.verifyIntervalS`, spread over the runs of that interval, and at
  * least one (the least recently verified), so that a namespace's claims all
- * gone is seen within one run; a claim found missing, or another holder's,
+ * gone is seen within one run, and every claim of a record whose
+ * `recheckAt` has passed since it was last read (a DELETE sent before its ADD
+ * may have run since: lib/late_deletes.ts); a claim found missing, or another holder's,
  * widens the run to every live claim (a duplicate, read again every run, would
  * otherwise take the run's share for as long as it lasts). A missing claim is
  * made again, under the attachment's lock while its record (still naming it,
@@ -83,7 +85,11 @@ export async function verifyLive(run: VerifyRun): Promise<Verified> {
   const runs = Math.max(1, everyMs / (run.node.agent.reconcileIntervalS * 1000));
   const share = Math.ceil(live.length / runs);
   const due = byAge.filter((x) => run.now() - last(x) >= everyMs);
-  const picked = new Set([byAge[0], ...due.slice(0, share)]);
+  // Made while a DELETE sent before may still have run: read once that time has passed.
+  const late = live.filter((x) =>
+    x.h.recheckAt !== undefined && x.h.recheckAt <= run.now() && last(x) < x.h.recheckAt
+  );
+  const picked = new Set([byAge[0], ...due.slice(0, share), ...late]);
   let widened = false;
   const queue = [...picked];
   while (queue.length) {

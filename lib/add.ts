@@ -13,6 +13,7 @@ import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
 import { grantedScope, namesScope } from "./scope_grant.ts";
 import type { NetworkConfig } from "./config.ts";
+import { recheckAt } from "./late_deletes.ts";
 
 type Requested = ReturnType<typeof requestedAddresses>;
 
@@ -79,7 +80,13 @@ export const add: Handler = async (inv) => {
         body: h.body,
       }));
       const owed = await entry?.doubt();
-      inv.holdings.held(inv.attachment, inv.callId, claims, inv.now(), heard.unanswered, owed);
+      const now = inv.now();
+      const recheck = recheckAt(inv.node, claims.map((c) => c.name), now);
+      inv.holdings.held(inv.attachment, inv.callId, claims, now, {
+        unanswered: heard.unanswered,
+        owed,
+        recheckAt: recheck,
+      });
       await entry?.remove();
       leased = true;
       return {

@@ -9,6 +9,7 @@
 import { AgentSocket, type SocketCall } from "./_agent_socket.ts";
 import { type NodeConfig, requireScrapeToken } from "./config.ts";
 import { readNodeConfig } from "./config_file.ts";
+import { markingDeletes } from "./late_deletes.ts";
 import { errorText, toCniError } from "./errors.ts";
 import { invoke, type InvokeDeps, type InvokeRequest, type Reply } from "./invoke.ts";
 import { Logger } from "./log.ts";
@@ -266,6 +267,7 @@ export class Agent {
       signal,
       limiter,
       purpose,
+      deleting: markingDeletes(node),
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });

@@ -236,8 +236,9 @@ const nodeShape = {
     z.object({
       graceS: withDefault(int(0, 86_400), 300),
       verifyIntervalS: withDefault(int(0, 86_400), 1_800),
+      recheckAfterS: withDefault(int(0, 3_600), 90),
     }),
-    { graceS: 300, verifyIntervalS: 1_800 },
+    { graceS: 300, verifyIntervalS: 1_800, recheckAfterS: 90 },
   ),
   timeouts: withDefault(
     z.object({

@@ -104,17 +104,25 @@ export class Holdings {
    * Records that the ADD `addId` of `a` holds `claims`, keeping what its
    * `adding` record carried (lib/lease.ts `afterAdd`); `unanswered`: a create
    * of the ADD went unanswered, and its creates stay in doubt; `owed`: the
-   * doubt of the attachment's journal entry the ADD takes over.
+   * doubt of the attachment's journal entry the ADD takes over; `recheckAt`:
+   * when reconcile reads the claims again (lib/late_deletes.ts).
    */
   held(
     a: Attachment,
     addId: string,
     claims: HeldClaim[],
     now: number,
-    unanswered = false,
-    owed?: Doubt,
+    o: { unanswered?: boolean; owed?: Doubt; recheckAt?: number } = {},
   ): void {
-    const held: Holding = { ...fields(a, claims), ...this.#boot(), state: "held", addId, at: now };
+    const held: Holding = {
+      ...fields(a, claims),
+      ...this.#boot(),
+      state: "held",
+      addId,
+      at: now,
+      ...(o.recheckAt ? { recheckAt: o.recheckAt } : {}),
+    };
+    const { unanswered = false, owed } = o;
     const adding = this.read(a);
     this.#write(
       a,

@@ -84,6 +84,11 @@ export interface Holding {
   claims: HeldClaim[];
   /** Creates of an earlier ADD of the attachment that may still land. */
   doubt?: Doubt;
+  /**
+   * `held`: when reconcile reads its claims again, once no DELETE sent before
+   * the ADD can still run at Milo (lib/late_deletes.ts; the node's clock).
+   */
+  recheckAt?: number;
 }
 
 /**

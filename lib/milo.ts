@@ -4,6 +4,7 @@
  * caller's abort. What Milo's answers are is in milo_objects.ts.
  */
 import { DNS1123_SUBDOMAIN, type NodeConfig } from "./config.ts";
+import { markingDeletes } from "./late_deletes.ts";
 import {
   clip,
   CniError,
@@ -146,6 +147,7 @@ export class MiloClient implements MiloCalls {
       requestMs,
       deadline,
       client,
+      deleting: markingDeletes(node),
     });
   }
 
@@ -256,6 +258,7 @@ export class MiloClient implements MiloCalls {
         createClaim: (body) => this.createClaim(body),
         deleteOnce: async (n, options) => {
           const path = this.#claimsPath(n);
+          this.#o.deleting?.(n, this.#o.deadline);
           const accept = [200, 202, 404, 409];
           const a = await this.#call("DELETE", path, {
             body: options,

@@ -31,6 +31,8 @@ export const NODE_SETTINGS = {
   reconcileIntervalS: 30,
   graceS: 120,
   verifyIntervalS: 300,
+  /** Past the longest the simulated Milo holds a request before it runs (28 s, milo.ts). */
+  recheckAfterS: 30,
 };
 
 /** One CNI call a runtime makes. */
@@ -53,11 +55,20 @@ export interface CniOutcome {
   via: "agent" | "plugin" | "watchdog";
 }
 
+/** A Milo client asked for: a node's (`node`: it marks its DELETEs, as the real ones do) or the sweep's. */
+export interface ClientCall {
+  requestMs: number;
+  deadline: number;
+  signal?: AbortSignal;
+  who: string;
+  node?: NodeConfig;
+}
+
 /** What a node needs of the world. */
 export interface NodeWorld {
   sched: Scheduler;
   /** A Milo client for a call or a run of this node. */
-  client(o: { requestMs: number; deadline: number; signal?: AbortSignal; who: string }): MiloClient;
+  client(o: ClientCall): MiloClient;
   /** Wraps an invocation (a defect's old behaviour around the real handler). */
   invoke(node: SimNode, req: InvokeRequest, deps: Parameters<typeof invoke>[1]): Promise<Reply>;
   log(line: string): void;
@@ -165,6 +176,7 @@ class SimAgent {
           requestMs: NODE_SETTINGS.requestMs,
           deadline: sched.now() + NODE_SETTINGS.totalMs,
           who: `${node.name} reconcile`,
+          node: node.config,
         });
         const r = await reconcile({
           node: node.config,
@@ -284,7 +296,11 @@ export class SimNode {
         socket: `${this.dir}/agent.sock`,
         reconcileIntervalS: NODE_SETTINGS.reconcileIntervalS,
       },
-      reconcile: { graceS: NODE_SETTINGS.graceS, verifyIntervalS: NODE_SETTINGS.verifyIntervalS },
+      reconcile: {
+        graceS: NODE_SETTINGS.graceS,
+        verifyIntervalS: NODE_SETTINGS.verifyIntervalS,
+        recheckAfterS: NODE_SETTINGS.recheckAfterS,
+      },
       timeouts: { requestMs: NODE_SETTINGS.requestMs, totalMs: NODE_SETTINGS.totalMs },
       allowIdentities: [{ namespace: "shop" }],
       allowScopes: [{ scope: SCOPE }],
@@ -309,9 +325,9 @@ export class SimNode {
     const sched = this.world.sched;
     return {
       nodeConfig: () => Promise.resolve(this.config),
-      openMilo: (_node: NodeConfig, requestMs: number, deadline: number) =>
+      openMilo: (node: NodeConfig, requestMs: number, deadline: number) =>
         Promise.resolve(
-          this.world.client({ requestMs, deadline, signal, who: sched.current().name }),
+          this.world.client({ requestMs, deadline, signal, who: sched.current().name, node }),
         ),
       now: sched.now,
     };

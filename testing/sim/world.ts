@@ -9,6 +9,7 @@ import { Holdings } from "../../lib/holdings.ts";
 import type { InvokeRequest, Reply } from "../../lib/invoke.ts";
 import { invoke } from "../../lib/invoke.ts";
 import { Journal } from "../../lib/journal.ts";
+import { markingDeletes } from "../../lib/late_deletes.ts";
 import { useFlock } from "../../lib/lockfile.ts";
 import type { MiloClient } from "../../lib/milo.ts";
 import type { ReconcileReport } from "../../lib/reconcile.ts";
@@ -21,7 +22,7 @@ import { type Plant, plant } from "./plant.ts";
 import { SimKube, sweepKube } from "./kube.ts";
 import { SimLocks } from "./locks.ts";
 import { canon, MILO_BASE, SimMilo } from "./milo.ts";
-import { NODE_SETTINGS, SimNode } from "./node.ts";
+import { type ClientCall, NODE_SETTINGS, SimNode } from "./node.ts";
 import { hexId, type Sandbox, SimKubelet } from "./runtime.ts";
 import { EPOCH, Scheduler } from "./scheduler.ts";
 import {
@@ -140,8 +141,7 @@ class World {
     });
     const world = {
       sched: this.sched,
-      client: (c: { requestMs: number; deadline: number; signal?: AbortSignal; who: string }) =>
-        this.#client(c),
+      client: (c: ClientCall) => this.#client(c),
       invoke: (node: SimNode, req: InvokeRequest, deps: Parameters<typeof invoke>[1]) =>
         this.#invoke(node, req, deps),
       log: (line: string) => this.log(line),
@@ -261,9 +261,7 @@ class World {
     return Math.max(agent, troubled === -Infinity ? -Infinity : troubled);
   }
 
-  #client(
-    c: { requestMs: number; deadline: number; signal?: AbortSignal; who: string },
-  ): MiloClient {
+  #client(c: ClientCall): MiloClient {
     const sched = this.sched;
     const rng = sched.rng(`${c.who} jitter`);
     const milo = this.milo;
@@ -284,6 +282,7 @@ class World {
       random: () => rng.next(),
       now: sched.now,
       signal: c.signal,
+      ...(c.node ? { deleting: markingDeletes(c.node) } : {}),
     });
   }
 
