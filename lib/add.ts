@@ -162,8 +162,8 @@ async function leaseAll(
     // lease (its runtime may have it), released by the attachment's DEL.
     const made = held.filter((h) => h.fresh);
     if (!made.length) throw e;
-    const notes = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
-    throw withNote(e, notes.filter(Boolean).join("; "));
+    const rolled = await Promise.all(made.map((h) => rollBack(inv, h, e.message, entry)));
+    throw rolledBack(e, rolled);
   }
   return held;
 }
@@ -203,8 +203,8 @@ async function leaseFamily(
   } catch (err) {
     const e = toCniError(err);
     if (!fresh) throw e;
-    const note = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
-    throw withNote(e, note);
+    const rolled = await rollBack(inv, { family, name, uid: claim.metadata.uid }, e.message, entry);
+    throw rolledBack(e, [rolled]);
   }
 }
 
@@ -431,44 +431,67 @@ async function mustBePosted(
       }), so it may not be this attachment's claim: left alone`,
     );
   }
-  const note = await rollBack(
+  const rolled = await rollBack(
     inv,
     { family, name: posted, uid: answer.metadata.uid },
     message,
     entry,
   );
-  throw withNote(new CniError("protocol", message, differs.join("; ")), note);
+  throw rolledBack(new CniError("protocol", message, differs.join("; ")), [rolled]);
+}
+
+/** What a rollback did: a note for the error's details; `vanished`: the claim made was gone. */
+interface RolledBack {
+  note: string;
+  vanished?: boolean;
+}
+
+/**
+ * `e` with the rollbacks' notes; in doubt when a claim this ADD made was gone
+ * before its rollback: another's DELETE removed it in place, and that
+ * release makes it again (lib/milo_release.ts), maybe after this attachment's
+ * DEL. The record stays `adding`, so the DEL journals the name in doubt.
+ */
+function rolledBack(e: CniError, rolled: RolledBack[]): CniError {
+  const noted = withNote(e, rolled.map((r) => r.note).filter(Boolean).join("; "));
+  if (rolled.some((r) => r.vanished)) noted.inDoubt = true;
+  return noted;
 }
 
 /**
  * Releases a claim this ADD holds, within the rollback slice, and only while
  * it is the same object (uid). A failed rollback goes to the release journal.
- * Answers a note for the error's details.
  */
 async function rollBack(
   inv: Invocation,
   h: Pick<Held, "family" | "name" | "uid">,
   cause: string,
   entry: JournalHold | null,
-): Promise<string> {
+): Promise<RolledBack> {
   const what = `${miloFamily(h.family)} claim ${h.name}`;
   try {
     const r = h.uid
       ? await inv.rollback.releaseClaim(h.name, h.uid)
       : await inv.rollback.deleteClaim(h.name);
-    return r === "changed"
-      ? `rollback: ${what} is now another object; left alone`
-      : `rollback: ${what} released`;
+    if (r === "changed") return { note: `rollback: ${what} is now another object; left alone` };
+    if (r === "absent") {
+      return { note: `rollback: ${what} was gone already (in doubt)`, vanished: true };
+    }
+    return { note: `rollback: ${what} released` };
   } catch (err) {
     const e = toCniError(err);
     try {
       const claim = [{ name: h.name, uid: h.uid }];
       await inv.journal.record(inv.attachment, claim, cause, inv.now(), entry);
-      return `rollback of ${what} failed (${e.message}); journaled for release by reconcile`;
+      return {
+        note: `rollback of ${what} failed (${e.message}); journaled for release by reconcile`,
+      };
     } catch (jerr) {
-      return `rollback of ${what} failed (${e.message}) and could not be journaled (${
-        errorText(jerr)
-      })`;
+      return {
+        note: `rollback of ${what} failed (${e.message}) and could not be journaled (${
+          errorText(jerr)
+        })`,
+      };
     }
   }
 }

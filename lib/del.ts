@@ -105,6 +105,8 @@ async function release(inv: Invocation) {
     (record?.claims ?? []).flatMap((c) => c.address ? [[c.name, c.address] as const] : []),
   );
   const events = new ReleaseTally();
+  /** Claims the record held that were gone: another's DELETE may make them again. */
+  const vanished: string[] = [];
   const r = await attemptAll(
     claims,
     async (name) => {
@@ -119,6 +121,7 @@ async function release(inv: Invocation) {
       };
       const done = await inv.milo.releaseIf(name, mine, events.of((w) => why.push(w)));
       if (done === "changed") left.set(name, why.join("; ") || "another claim now");
+      if (done === "absent" && uidOf(record, name)) vanished.push(name);
       return done;
     },
     (name) => `release of claim ${name} failed`,
@@ -132,7 +135,7 @@ async function release(inv: Invocation) {
   const owedClaims = await Promise.all(
     failed.map((name) => journalClaim(inv, name, seen.get(name) ?? uidOf(record, name))),
   );
-  const owed = owedAfterRelease(record, owedClaims, inv.now(), graceOf(inv));
+  const owed = owedAfterRelease(record, owedClaims, inv.now(), graceOf(inv), vanished);
   if (!r.failures.length) {
     await settleOwed(inv, owed, events, true, IN_DOUBT).catch((err) => {
       throw new CniError(

@@ -167,17 +167,22 @@ export interface Owed {
  * owes once it failed to release `failed` (each with the uid it knew): the
  * failed claims, and the record's doubt whatever happened to the DEL (a
  * create in flight lands after a success as after a failure) unless its
- * window (`graceMs` from its beginning) is over by `now`. Nothing when
- * neither is left.
+ * window (`graceMs` from its beginning) is over by `now`. `vanished`: claims
+ * the record held that the release found gone, in doubt from `now` (another's
+ * DELETE removed them in place, and that release makes them again, maybe
+ * after this one: lib/milo_release.ts). Nothing when neither is left.
  */
 export function owedAfterRelease(
   record: Holding | undefined,
   failed: JournalClaim[],
   now: number,
   graceMs: number,
+  vanished: string[] = [],
 ): Owed | undefined {
   const d = doubtOf(record);
-  const doubt = d && d.since + graceMs > now ? d : undefined;
+  const earlier = d && d.since + graceMs > now ? d : undefined;
+  const gone = vanished.length ? { since: now, names: vanished } : undefined;
+  const doubt = mergeDoubt(earlier, gone);
   if (!failed.length && !doubt) return undefined;
   return { claims: failed, ...(doubt ? { doubt } : {}) };
 }
