@@ -13,12 +13,15 @@ import { KEYS, PREFIX } from "./claims.ts";
 import { CniError, toCniError } from "./errors.ts";
 import { describeHolder } from "./holder.ts";
 import { ipValue, parseCidr, parseIp } from "./ip.ts";
-import type { CreateEvents } from "./milo_calls.ts";
 import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 
 /** The Milo client's calls a restore makes. */
 export interface RestoreCalls {
-  createClaim(body: Record<string, unknown>, heard?: CreateEvents): Promise<IPClaim | null>;
+  /** `heard.unanswered`: as lib/milo_calls.ts `CreateEvents`. */
+  createClaim(
+    body: Record<string, unknown>,
+    heard?: { unanswered(): void },
+  ): Promise<IPClaim | null>;
   getClaim(name: string): Promise<IPClaim | null>;
   /** Releases the claim `name` while its uid is `uid` (lib/milo_release.ts). */
   releaseClaim(name: string, uid: string): Promise<unknown>;
@@ -53,7 +56,7 @@ export type Restored = { outcome: "made" | "present" } | {
 export async function restoreClaim(
   milo: RestoreCalls,
   body: Record<string, unknown>,
-  heard?: CreateEvents,
+  heard?: { unanswered(): void },
 ): Promise<Restored> {
   const meta = body.metadata as { name: string; annotations?: Record<string, string> };
   const address = (body.spec as { address?: string }).address ?? "";

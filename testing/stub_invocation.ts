@@ -13,6 +13,7 @@ import type { Invocation } from "../lib/invocation.ts";
 import type { Family } from "../lib/ip.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { Journal } from "../lib/journal.ts";
+import { markingDeletes } from "../lib/late_deletes.ts";
 import { API_PATH } from "../lib/milo.ts";
 import { type Json, STUB_BASE, StubMilo, type WireClaim } from "./stub_milo.ts";
 
@@ -131,6 +132,8 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
     deadline,
     requestMs: conf.network.timeouts.requestMs,
     namespace: node.milo.namespace,
+    // As the node's clients do (lib/milo.ts `open`, lib/agent.ts).
+    deleting: markingDeletes(node),
   });
   return {
     env,

@@ -7,7 +7,7 @@
  * or observe any single request (testing/stub_invocation.ts builds a
  * handler's Invocation over it).
  */
-import { API_PATH, MiloClient } from "../lib/milo.ts";
+import { API_PATH, type ClientOptions, MiloClient } from "../lib/milo.ts";
 import { blockStart, cidrContains, parseCidr, parseIp } from "../lib/ip.ts";
 import { allocationName } from "../lib/milo_objects.ts";
 import { bucketName, projectOf } from "../lib/milo_quota.ts";
@@ -249,7 +249,13 @@ export class StubMilo {
 
   /** A client of this stub: the real {@link MiloClient} over the stubbed fetch and sleep. */
   client(
-    o: { requestMs?: number; deadline?: number; token?: string; namespace?: string } = {},
+    o: {
+      requestMs?: number;
+      deadline?: number;
+      token?: string;
+      namespace?: string;
+      deleting?: ClientOptions["deleting"];
+    } = {},
   ): MiloClient {
     return new MiloClient({
       baseUrl: STUB_BASE,
@@ -263,6 +269,7 @@ export class StubMilo {
         return Promise.resolve();
       },
       random: () => 0.5,
+      ...(o.deleting ? { deleting: o.deleting } : {}),
     });
   }
 

@@ -12,6 +12,7 @@ import { del } from "../lib/del.ts";
 import { Holdings } from "../lib/holdings.ts";
 import { Journal } from "../lib/journal.ts";
 import { stateFileOf } from "../lib/liveness.ts";
+import { type IPClaim, remakeBody } from "../lib/milo_objects.ts";
 import { reconcile } from "../lib/reconcile.ts";
 import { statusReply } from "../testing/milo_fixtures.ts";
 import {
@@ -20,7 +21,7 @@ import {
   rejectsWith,
   withTempDir,
 } from "../testing/stub_invocation.ts";
-import { lost, StubMilo } from "../testing/stub_milo.ts";
+import { lost, StubMilo, type WireClaim } from "../testing/stub_milo.ts";
 
 const FOREVER = Number.POSITIVE_INFINITY;
 const GRACE_MS = 300_000;
@@ -289,36 +290,69 @@ Deno.test("reconcile: a duplicate read every run does not keep the other live cl
   });
 });
 
-Deno.test({
-  name:
-    "a DELETE sent, unanswered, and run by Milo after the name was made again removes the new holder's claim (left for a design change)",
-  // Milo may run a request after its sender gave up on it (a queue, a proxy), as lib/ already
-  // assumes of creates (an ADD in doubt); a DELETE is trusted done or never done once a GET
-  // finds the claim. Needs a DELETE's own doubt: its name watched (never made again on this
-  // node, journaled) until a request could no longer run.
-  ignore: true,
-  fn: async () => {
-    await withTempDir(async (dir) => {
-      const stub = new StubMilo();
-      const o = { stateDir: dir, ...POD };
-      await add(invocation(stub, { command: "ADD", ...o, containerId: "old" }));
-      const name = claimName(invocation(stub, { command: "DEL", ...o }).attachment, "ipv4");
-      let pending: (() => void) | undefined;
-      stub.inject({
-        method: "DELETE",
-        answer: () => {
-          // Held before it runs; its sender times out, reads the claim (still there) and sends
-          // a second DELETE, which runs. The held one runs later.
-          pending = () => stub.deleteClaim(name);
-          return lost();
-        },
-      });
-      await del(invocation(stub, { command: "DEL", ...o, containerId: "old" }));
-      await add(invocation(stub, { command: "ADD", ...o, containerId: "new" }));
-      pending?.();
-      assert.ok(stub.get(name), "the new sandbox keeps its claim");
-    });
-  },
+/**
+ * A node holding `other` (an older live attachment: verification's least
+ * recently read, so the run's one read is not the new claim's), whose DEL of
+ * container `old` sends a DELETE Milo holds and runs after `next` made the
+ * name again. Answers the name and a reconcile at `clock.t`.
+ */
+async function lateDelete(dir: string, o: Partial<InvocationOptions>, next: string) {
+  const stub = new StubMilo();
+  const clock = { t: Date.now() };
+  const at = { stateDir: dir, ...o, now: () => clock.t };
+  await add(invocation(stub, { command: "ADD", ...at, ipam: V4, containerId: "other" }));
+  cached(dir, "other");
+  await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
+  const old = invocation(stub, { command: "DEL", ...at, containerId: "old" });
+  const name = claimName(old.attachment, "ipv4");
+  assert.ok(stub.get(name));
+  let pending: (() => void) | undefined;
+  stub.inject({
+    method: "DELETE",
+    answer: () => {
+      // Held before it runs; its sender times out, reads the claim (still there) and sends a
+      // second DELETE, which runs. The held one runs later.
+      pending = () => stub.deleteClaim(name);
+      return lost();
+    },
+  });
+  await del(invocation(stub, { command: "DEL", ...at, containerId: "old" }));
+  clock.t += 5_000;
+  await add(invocation(stub, { command: "ADD", ...at, containerId: next }));
+  cached(dir, next);
+  const address = stub.get(name)?.status.allocatedCIDR;
+  pending!();
+  assert.equal(stub.get(name), undefined, "the held DELETE removed the new holder's claim");
+  const run = () => reconcileAt(stub, { command: "DEL", ...at, containerId: next });
+  return { stub, clock, name, address, run };
+}
+
+Deno.test("a DELETE Milo runs after the name was made again: the new holder's claim is read again once no DELETE sent before can run, and made again", async () => {
+  await withTempDir(async (dir) => {
+    // db-0's sandbox is replaced on this node: the name (pod identity, Retain) is made again.
+    const w = await lateDelete(dir, POD, "new");
+    w.clock.t += 90_000;
+    const r = await w.run();
+    assert.deepEqual(r.remade.map((x) => x.claim), [w.name]);
+    const c = w.stub.get(w.name);
+    assert.equal(c?.metadata.annotations?.[KEYS.containerId], "new");
+    assert.equal(
+      c?.status.allocatedCIDR,
+      w.address,
+      "on its address (Retain kept it for the name)",
+    );
+  });
+});
+
+Deno.test("a DELETE Milo runs after the same container's next ADD made its claim again: read again and made again", async () => {
+  await withTempDir(async (dir) => {
+    // A runtime that starts the same container again (podman restart): the same claim names.
+    const w = await lateDelete(dir, { ipam: V4 }, "old");
+    w.clock.t += 90_000;
+    const r = await w.run();
+    assert.deepEqual(r.remade.map((x) => x.claim), [w.name]);
+    assert.equal(w.stub.get(w.name)?.metadata.annotations?.[KEYS.containerId], "old");
+  });
 });
 
 Deno.test({
@@ -379,4 +413,57 @@ Deno.test({
       );
     });
   },
+});
+
+Deno.test("a DEL that finds its recorded claim gone journals it in doubt: the release that removed it in place makes it again after the DEL, and reconcile releases that", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const o = { stateDir: dir, ...POD };
+    const a = invocation(stub, { command: "ADD", ...o, containerId: "a" });
+    await add(a);
+    const name = claimName(a.attachment, "ipv4");
+    const c = stub.get(name)!;
+    // Another's release deletes it in place of the claim it judged (Milo deletes by name) ...
+    stub.deleteClaim(name);
+    await del(invocation(stub, { command: "DEL", ...o, containerId: "a" }));
+    const [entry] = await new Journal(dir).list();
+    assert.equal(entry?.entry?.inDoubt, true, "the gone claim may come back");
+    // ... and makes it again, for its holder, after that holder's DEL.
+    stub.materialize(remakeBody("default", c as unknown as IPClaim));
+    const r = await reconcileAt(stub, { command: "DEL", ...o, containerId: "a" });
+    assert.deepEqual(r.released.map((x) => x.claim), [name]);
+    assert.equal(stub.get(name), undefined);
+  });
+});
+
+Deno.test("an ADD whose claim was gone before its rollback stays in doubt: the release that removed it makes it again after the DEL, and reconcile releases that", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const o = { stateDir: dir, ...POD };
+    const dual = { ...POD.ipam, classes: { ipv4: "vpc-pods-ipv4", ipv6: "vpc-pods-ipv6" } };
+    const a = invocation(stub, { command: "ADD", ...o, ipam: dual });
+    const v4 = claimName(a.attachment, "ipv4");
+    const v6 = claimName(a.attachment, "ipv6");
+    let gone: WireClaim | undefined;
+    stub.inject({
+      method: "POST",
+      path: "/ipclaims",
+      times: 2,
+      answer: async (req) => {
+        if ((req.body as { metadata: { name: string } }).metadata.name !== v6) return undefined;
+        for (let i = 0; i < 100 && !stub.get(v4); i++) await new Promise((r) => setTimeout(r, 1));
+        // The IPv4 claim is deleted in place by another's release meanwhile; IPv6 is refused.
+        gone = stub.deleteClaim(v4);
+        return statusReply(507);
+      },
+    });
+    await rejectsWith(add(a), 100);
+    assert.ok(gone, "the IPv4 claim was made, then deleted by another");
+    await del(invocation(stub, { command: "DEL", ...o, ipam: dual }));
+    const [entry] = await new Journal(dir).list();
+    assert.equal(entry?.entry?.inDoubt, true, "the claim made and gone may come back");
+    stub.materialize(remakeBody("default", gone as unknown as IPClaim));
+    const r = await reconcileAt(stub, { command: "DEL", ...o, ipam: dual });
+    assert.deepEqual(r.released.map((x) => x.claim), [v4]);
+  });
 });
