@@ -41,7 +41,7 @@ Deno.test("late deletes: a DELETE is marked before it is sent, until its call's 
 });
 
 Deno.test("late deletes: a mark keeps the latest of two DELETEs, and prune drops only the past", async () => {
-  await withTempDir(async (dir) => {
+  await withTempDir((dir) => {
     const node = invocation(new StubMilo(), { command: "DEL", stateDir: dir }).node;
     const mark = markingDeletes(node);
     mark("a", 2_000);
@@ -52,11 +52,12 @@ Deno.test("late deletes: a mark keeps the latest of two DELETEs, and prune drops
     assert.equal(sent.pending("a", 2_000 + LATE_MS - 1), false, "past at the prune: dropped");
     assert.equal(sent.pending("b", 2_000 + LATE_MS), true);
     assert.deepEqual([...Deno.readDirSync(`${dir}/deletes`)].map((e) => e.name), ["b"]);
+    return Promise.resolve();
   });
 });
 
 Deno.test("late deletes: an ADD's claims are read again after a shared name, or a name one of this node's DELETEs may still reach; else never", async () => {
-  await withTempDir(async (dir) => {
+  await withTempDir((dir) => {
     const node = invocation(new StubMilo(), { command: "DEL", stateDir: dir }).node;
     const now = 1_000_000;
     assert.equal(recheckAt(node, ["pod-0123456789abcdef0123-v4"], now), undefined);
@@ -65,6 +66,7 @@ Deno.test("late deletes: an ADD's claims are read again after a shared name, or 
     assert.equal(recheckAt(node, ["pod-0123456789abcdef0123-v4"], now), now + LATE_MS);
     const off = { ...node, reconcile: { ...node.reconcile, recheckAfterS: 0 } };
     assert.equal(recheckAt(off, ["podid-0123456789abcdef0123-v4"], now), undefined);
+    return Promise.resolve();
   });
 });
 
