@@ -30,7 +30,8 @@ import type { JournalReport, ReconcileOptions, ReconcileReport } from "./_reconc
  * host's: dropped here, its claims left alone. One this host's machine-id
  * wrote under another node name (a clone that kept the machine-id, or the
  * node's name set differently since) is kept and not judged: its claims are
- * that node's. Answers the claim names it dealt with.
+ * that node's. Answers the claims it dealt with, each by {@link journaledKey}
+ * (a name other sandboxes share is another attachment's claim in their records).
  */
 export async function finishJournal(
   o: ReconcileOptions,
@@ -47,7 +48,7 @@ export async function finishJournal(
       report.journal.push({ entry: path, claims: [], lastError: error ?? "unreadable" });
       continue;
     }
-    for (const c of entry.claims) names.add(c.name);
+    for (const c of entry.claims) names.add(journaledKey(entry, c.name));
     if (o.dryRun) {
       report.journal.push({ ...summary(path, entry), lastError: "dry run: not attempted" });
       continue;
@@ -191,6 +192,11 @@ async function finishEntry(
   await x.journal.update(x.path, rest);
   holdings.forget(entry, done);
   if (left.length) report.journal.push({ ...summary(x.path, rest!), lastError });
+}
+
+/** A claim the journal dealt with: its name and the attachment whose entry names it. */
+export function journaledKey(a: { containerId: string; ifname: string }, name: string): string {
+  return `${a.containerId}/${a.ifname} ${name}`;
 }
 
 function summary(path: string, e: JournalEntry): Omit<JournalReport, "lastError"> {

@@ -62,7 +62,7 @@ export function recorded(
   here: { host: string; node: string },
   boot: string | undefined,
   now: number,
-  keep: (claim: string, reason: string) => void,
+  keep: (claim: string, reason: string, h: Holding) => void,
 ): Recorded[] {
   const out: Recorded[] = [];
   for (const { h } of holdings.all()) {
@@ -74,6 +74,7 @@ export function recorded(
           `recorded by node ${h.node} under this host's machine-id (a copied state directory, ` +
             `or a node name changed): not judged here; left to node ${h.node}'s reconcile or ` +
             "the sweep",
+          h,
         );
       }
       continue;

@@ -32,7 +32,7 @@ import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
 import { DeletesSent } from "./late_deletes.ts";
 import { Journal } from "./journal.ts";
-import { doubtOf } from "./lease.ts";
+import { doubtOf, type Holding } from "./lease.ts";
 import { hostId, identityDrift } from "./host.ts";
 import {
   brakeOf,
@@ -47,7 +47,7 @@ import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient, Release } from "./milo.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import { finishJournal } from "./_reconcile_journal.ts";
+import { finishJournal, journaledKey } from "./_reconcile_journal.ts";
 import { exitOf, type ReconcileOptions, type ReconcileReport } from "./_reconcile_report.ts";
 export { exitOf };
 export type { ReconcileOptions, ReconcileReport } from "./_reconcile_report.ts";
@@ -107,12 +107,12 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
   const drift = o.dryRun ? undefined : identityDrift(node, host, boot.id);
   if (drift) report.warnings.push(drift);
   const here = { host, node: node.node };
-  const other = (claim: string, reason: string) => {
-    if (!journaled.has(claim)) report.kept.push({ claim, reason });
+  const other = (claim: string, reason: string, h: Holding) => {
+    if (!journaled.has(journaledKey(h, claim))) report.kept.push({ claim, reason });
   };
   for (const c of recorded(holdings, here, boot.id, now(), other)) {
     const { name, h } = c;
-    if (journaled.has(name)) continue;
+    if (journaled.has(journaledKey(h, name))) continue;
     const keep = (reason: string) => report.kept.push({ claim: name, reason });
     if (isLive(live, h.containerId)) {
       sawLive(next, c);

@@ -467,3 +467,25 @@ Deno.test("an ADD whose claim was gone before its rollback stays in doubt: the r
     assert.deepEqual(r.released.map((x) => x.claim), [v4]);
   });
 });
+
+Deno.test("reconcile verifies a live claim whose shared name another attachment's journal entry names", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const clock = { t: Date.now() };
+    const o = { stateDir: dir, ...POD, now: () => clock.t };
+    await add(invocation(stub, { command: "ADD", ...o, containerId: "old" }));
+    const name = claimName(invocation(stub, { command: "DEL", ...o }).attachment, "ipv4");
+    // The old sandbox's claim goes behind its back: its DEL journals the name in doubt.
+    stub.deleteClaim(name);
+    await del(invocation(stub, { command: "DEL", ...o, containerId: "old" }));
+    assert.equal((await new Journal(dir).list()).length, 1);
+    await add(invocation(stub, { command: "ADD", ...o, containerId: "new" }));
+    cached(dir, "new");
+    // The new sandbox's claim goes too (a DELETE landing late, a tool).
+    stub.deleteClaim(name);
+    clock.t += 90_000;
+    const r = await reconcileAt(stub, { command: "DEL", ...o, containerId: "new" });
+    assert.deepEqual(r.remade.map((x) => x.claim), [name], "the old entry does not hide it");
+    assert.equal(stub.get(name)?.metadata.annotations?.[KEYS.containerId], "new");
+  });
+});

@@ -101,11 +101,16 @@ export class Checker {
     return [...this.#l.sandboxes.values()].filter((s) => s.state === "live");
   }
 
-  /** True when the claim of `s`'s attachment holding `ip` was deleted behind its node's back. */
+  /**
+   * True when the claim of `s`'s attachment holding `ip` was deleted behind
+   * its node's back: by another than the release paths, once this sandbox
+   * began (a claim its ADD made and a tool deleted before the ADD answered
+   * is as much its own as one deleted later).
+   */
   #behind(s: Sandbox, ip: string): boolean {
     const n = s.nets.find((x) => x.ips.includes(ip));
     const t = n && this.#l.deletedBehind(`${s.id}/${n.ifname}`);
-    return t !== undefined && t >= s.since;
+    return t !== undefined && t >= s.born;
   }
 
   #duplicates(): Violation | undefined {

@@ -48,6 +48,8 @@ export interface Sandbox {
   /** creating: its ADD runs; live: told its addresses; deleting: its DEL began; dead: done. */
   state: "creating" | "live" | "deleting" | "dead";
   since: number;
+  /** When it began (its first ADD): a claim made for it from then on is its own. */
+  born: number;
   nets: Attached[];
 }
 
@@ -202,6 +204,7 @@ export class SimKubelet {
       pod: { namespace: p.namespace, name: p.name, uid: p.uid },
       state: "creating",
       since: this.world.sched.now(),
+      born: this.world.sched.now(),
       nets,
     };
     this.world.sandboxes.set(id, sb);
