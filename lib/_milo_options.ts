@@ -2,6 +2,7 @@
  * What a {@link MiloClient} is given: where Milo is, how long it may try,
  * the node's limiter, and who hears of each attempt.
  */
+import type { DeleteHooks } from "./late_deletes.ts";
 import type { Purpose, RequestLimiter } from "./limiter.ts";
 
 /** One HTTP exchange as the client saw it, for metrics. */
@@ -39,11 +40,8 @@ export interface ClientOptions {
   purpose?: Purpose;
   /** Called after every attempt. */
   onRequest?: (e: RequestEvent) => void;
-  /**
-   * Hears of each DELETE before it is sent: `lastSend` is the latest its
-   * attempts may go (the deadline). The node marks it (lib/late_deletes.ts).
-   */
-  deleting?: (name: string, lastSend: number) => void;
+  /** Hears of each DELETE before it is sent, and whether all were answered (lib/late_deletes.ts). */
+  deletes?: DeleteHooks;
   /**
    * Aborted when whoever asked is gone (the agent's caller closed its
    * connection): no request starts after it. The one in flight is not

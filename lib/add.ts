@@ -13,7 +13,7 @@ import { type IPClaim, MiloRefusal } from "./milo_objects.ts";
 import { requestedAddresses } from "./requested.ts";
 import { grantedScope, namesScope } from "./scope_grant.ts";
 import type { NetworkConfig } from "./config.ts";
-import { recheckAt } from "./late_deletes.ts";
+import { recheckAt, refuseWhileDeleting } from "./late_deletes.ts";
 
 type Requested = ReturnType<typeof requestedAddresses>;
 
@@ -58,6 +58,7 @@ export const add: Handler = async (inv) => {
   const names = claimNamesOf(inv);
   const requested = requestedAddresses(inv.conf, inv.env.args, inv.node, inv.attachment);
   return await withAttachmentLock(inv.node.stateDir, inv.attachment, async () => {
+    refuseWhileDeleting(inv.node, names, inv.now());
     const entry = await inv.journal.hold(inv.attachment);
     const previous = inv.holdings.read(inv.attachment);
     let leased = false;

@@ -267,7 +267,7 @@ export class Agent {
       signal,
       limiter,
       purpose,
-      deleting: markingDeletes(node),
+      deletes: markingDeletes(node),
       onRequest: (e) => {
         this.metrics.miloRequests.add({ method: e.method, status: String(e.status) });
         if (e.attempt > 1) this.metrics.retries.add({ method: e.method });

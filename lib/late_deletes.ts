@@ -1,51 +1,88 @@
 /**
- * The DELETEs this node sent that Milo may still run: one small file per
- * claim name under `<stateDir>/deletes/`, holding until when a DELETE of
- * that name sent from here may still reach Milo.
+ * DELETEs Milo may run after their sender gave up on them.
  *
- * Milo's API server may run a request after its sender gave up on it (held in
- * priority and fairness's queue, behind a proxy) until its request timeout, and
- * Milo's DELETE removes the claim of that name whatever its uid
- * (`AllocatingREST.Delete`). A DELETE of a name that runs after the name was
- * made again (the same container started again, a sandbox of the same slot)
- * removes the new holder's claim. Nothing on the node can stop it from
- * landing, so the new claim is read again once nothing sent before it can
- * still run (`reconcile.recheckAfterS`, lib/_reconcile_verify.ts), and made
- * again if it went. A name other sandboxes share is read again after every
- * ADD (another node's DELETE may be in flight); this file tells an ADD of any
- * other name whether one of this node's may be.
+ * Milo's API server may run a request after its sender stopped waiting (held
+ * in priority and fairness's queue, behind a proxy) until its request
+ * timeout, and Milo's DELETE removes whatever claim the name has then
+ * (`AllocatingREST.Delete`). A DELETE whose answer was lost may so remove the
+ * claim a later ADD made under the same name. Two defences:
  *
- * A mark is written before a DELETE is sent (a process killed while its
- * DELETE is in flight leaves it), never removed early, and dropped once past.
+ * - **A name of one attachment** (identity `attachment`): only the same
+ *   container makes it again (a runtime that starts a container again under
+ *   its id). The node marks each DELETE of such a name before sending it
+ *   (`<stateDir>/deletes/NAME`: until when it may still run), drops the mark
+ *   once every DELETE of the release was answered, and keeps it when one
+ *   was not (or the process died meanwhile). An ADD of a marked name is
+ *   refused (code 11, retried by the runtime) until the mark is past: a claim
+ *   made under it could be removed, and under reclaimPolicy Delete its
+ *   address given to another pod, before anything on the node saw it.
+ * - **A name other sandboxes share** (identity `pod` or `network`): another
+ *   node's DELETE may be in flight, which no mark here can tell. Its claims
+ *   are read again by reconcile once no DELETE sent before the ADD can still
+ *   run (`reconcile.recheckAfterS`; lib/_reconcile_verify.ts) and made again
+ *   if gone: under Retain, which every such name has, Milo keeps the address
+ *   for the name meanwhile.
  */
 import { writeAtomicSync } from "./atomic_write.ts";
 import { isSharedName } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
+import { CniError } from "./errors.ts";
 
 type Node = Pick<NodeConfig, "stateDir" | "reconcile">;
 
-/** The Milo client's hook that marks each DELETE before it is sent (lib/_milo_options.ts). */
-export function markingDeletes(node: Node): (name: string, lastSend: number) => void {
-  const sent = new DeletesSent(node.stateDir);
+/** What the Milo client tells of its DELETEs (lib/_milo_options.ts). */
+export interface DeleteHooks {
+  /** A DELETE of `name` is about to be sent; none of its attempts goes after `lastSend`. */
+  sending(name: string, lastSend: number): void;
+  /** Every DELETE of `name` this release sent was answered: none is left in flight. */
+  answered(name: string): void;
+}
+
+/** The hooks of a node's Milo client: marks of its attachments' names' DELETEs. */
+export function markingDeletes(node: Node): DeleteHooks {
+  const marks = new DeleteMarks(node.stateDir);
   const lateMs = node.reconcile.recheckAfterS * 1000;
-  return (name, lastSend) => sent.sending(name, lastSend, lateMs);
+  return {
+    sending: (name, lastSend) => {
+      if (lateMs && !isSharedName(name)) marks.mark(name, lastSend + lateMs);
+    },
+    answered: (name) => {
+      if (!isSharedName(name)) marks.drop(name);
+    },
+  };
 }
 
 /**
- * When an ADD that made `names` at `now` reads them again: a name other
- * sandboxes share always, another while a DELETE this node sent of it may
- * still run; undefined when none needs it (or `recheckAfterS` is 0).
+ * Refuses an ADD of `names` while a DELETE this node sent of one of them may
+ * still run at Milo (code 11: the runtime retries).
+ */
+export function refuseWhileDeleting(node: Node, names: string[], now: number): void {
+  const marks = new DeleteMarks(node.stateDir);
+  for (const name of names) {
+    const until = marks.pending(name, now);
+    if (until === undefined) continue;
+    throw new CniError(
+      "transient",
+      `claim ${name} was being released, and Milo may still run that DELETE until ` +
+        new Date(until).toISOString(),
+      "a DELETE of this attachment's claim went unanswered; a claim made again now could be " +
+        "removed by it: retry after that time (reconcile.recheckAfterS)",
+    );
+  }
+}
+
+/**
+ * When reconcile reads again the claims an ADD made at `now`: under a name
+ * other sandboxes share, once no DELETE sent before can still run; none
+ * otherwise (or when `recheckAfterS` is 0).
  */
 export function recheckAt(node: Node, names: string[], now: number): number | undefined {
   const lateMs = node.reconcile.recheckAfterS * 1000;
-  if (!lateMs) return undefined;
-  const sent = new DeletesSent(node.stateDir);
-  const late = names.some((n) => isSharedName(n) || sent.pending(n, now));
-  return late ? now + lateMs : undefined;
+  return lateMs && names.some(isSharedName) ? now + lateMs : undefined;
 }
 
-/** The marks of one node's DELETEs. */
-export class DeletesSent {
+/** The marks of one node, one file per claim name under `<stateDir>/deletes/`. */
+export class DeleteMarks {
   readonly dir: string;
 
   constructor(stateDir: string) {
@@ -53,27 +90,35 @@ export class DeletesSent {
   }
 
   /**
-   * Marks that a DELETE of `name` may be sent until `lastSend` (its call's
-   * deadline): it may run at Milo until `lastSend + lateMs`. Best effort: a
-   * mark that cannot be written leaves the claim to the periodic verification.
+   * Marks `name` until `until` (a later mark wins). Best effort: without a
+   * writable state directory (the sweep's Job) there is no ADD here to warn.
    */
-  sending(name: string, lastSend: number, lateMs: number): void {
-    const until = Math.max(lastSend + lateMs, this.#until(name) ?? 0);
+  mark(name: string, until: number): void {
+    const at = Math.max(until, this.#until(name) ?? 0);
     try {
       Deno.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
-      writeAtomicSync(this.#path(name), JSON.stringify({ until }), 0o600);
+      writeAtomicSync(this.#path(name), JSON.stringify({ until: at }), 0o600);
     } catch {
-      // No state directory here (the sweep's Job): no ADD of this machine to warn.
+      // Nothing to mark on.
     }
   }
 
-  /** True when a DELETE of `name` sent from here may still run at Milo at `now`. */
-  pending(name: string, now: number): boolean {
+  /** Until when `name` is marked, if after `now`; a mark past is dropped. */
+  pending(name: string, now: number): number | undefined {
     const until = this.#until(name);
-    if (until === undefined) return false;
-    if (until > now) return true;
-    this.#drop(name);
-    return false;
+    if (until === undefined) return undefined;
+    if (until > now) return until;
+    this.drop(name);
+    return undefined;
+  }
+
+  /** Drops the mark of `name` (none is fine). */
+  drop(name: string): void {
+    try {
+      Deno.removeSync(this.#path(name));
+    } catch {
+      // Gone already.
+    }
   }
 
   /** Drops every mark past at `now` (reconcile's housekeeping). */
@@ -87,21 +132,13 @@ export class DeletesSent {
     for (const name of names) if (!name.endsWith(".tmp")) this.pending(name, now);
   }
 
+  /** Until when the mark of `name` lasts; one that cannot be read (written whole, by rename) is past. */
   #until(name: string): number | undefined {
     try {
       const v = JSON.parse(Deno.readTextFileSync(this.#path(name))) as { until?: unknown };
-      return typeof v?.until === "number" ? v.until : Number.POSITIVE_INFINITY;
+      return typeof v?.until === "number" ? v.until : 0;
     } catch (err) {
-      // Torn: treated as pending until the next DELETE writes it again.
-      return err instanceof Deno.errors.NotFound ? undefined : Number.POSITIVE_INFINITY;
-    }
-  }
-
-  #drop(name: string): void {
-    try {
-      Deno.removeSync(this.#path(name));
-    } catch {
-      // Gone already.
+      return err instanceof Deno.errors.NotFound ? undefined : 0;
     }
   }
 

@@ -147,7 +147,7 @@ export class MiloClient implements MiloCalls {
       requestMs,
       deadline,
       client,
-      deleting: markingDeletes(node),
+      deletes: markingDeletes(node),
     });
   }
 
@@ -220,7 +220,14 @@ export class MiloClient implements MiloCalls {
   /** DELETEs a claim: `released` on 200/202, `absent` on 404. */
   async deleteClaim(name: string): Promise<"released" | "absent"> {
     const path = this.#claimsPath(name);
-    const a = await this.#call("DELETE", path, { accept: [200, 202, 404], name });
+    let lost = false;
+    this.#o.deletes?.sending(name, this.#o.deadline);
+    const a = await this.#call("DELETE", path, {
+      accept: [200, 202, 404],
+      name,
+      unanswered: () => void (lost = true),
+    });
+    if (!lost) this.#o.deletes?.answered(name);
     return a.status === 404 ? "absent" : "released";
   }
 
@@ -250,7 +257,11 @@ export class MiloClient implements MiloCalls {
     mine: (claim: IPClaim, serverTime: number) => boolean,
     events: ReleaseEvents = {},
   ): Promise<Release> {
-    return await releaseIf(
+    /** Set once a DELETE of this release went unanswered: it may run later. */
+    let lost = false;
+    let sent = false;
+    const hooks = this.#o.deletes;
+    const r = await releaseIf(
       {
         namespace: this.#o.namespace,
         getClaimAt: (n) => this.getClaimAt(n),
@@ -258,13 +269,15 @@ export class MiloClient implements MiloCalls {
         createClaim: (body) => this.createClaim(body),
         deleteOnce: async (n, options) => {
           const path = this.#claimsPath(n);
-          this.#o.deleting?.(n, this.#o.deadline);
+          hooks?.sending(n, this.#o.deadline);
+          sent = true;
           const accept = [200, 202, 404, 409];
           const a = await this.#call("DELETE", path, {
             body: options,
             accept,
             name: n,
             unsentOnly: true,
+            unanswered: () => void (lost = true),
           });
           return { ...a, what: `DELETE ${path}` };
         },
@@ -279,6 +292,8 @@ export class MiloClient implements MiloCalls {
       mine,
       events,
     );
+    if (sent && !lost) hooks?.answered(name);
+    return r;
   }
 
   /** LISTs claims matching a label selector, following `continue` pages. */

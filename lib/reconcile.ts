@@ -30,7 +30,7 @@ import { sawLive, withoutEvidence } from "./evidence.ts";
 import { writeAtomic } from "./atomic_write.ts";
 import { holderOf } from "./holder.ts";
 import { Holdings } from "./holdings.ts";
-import { DeletesSent } from "./late_deletes.ts";
+import { DeleteMarks } from "./late_deletes.ts";
 import { Journal } from "./journal.ts";
 import { doubtOf, type Holding } from "./lease.ts";
 import { hostId, identityDrift } from "./host.ts";
@@ -86,7 +86,7 @@ export async function reconcile(o: ReconcileOptions): Promise<ReconcileReport> {
     errors: [],
   };
   const journaled = await finishJournal(o, milo, now, report);
-  if (!o.dryRun) new DeletesSent(node.stateDir).prune(now());
+  if (!o.dryRun) new DeleteMarks(node.stateDir).prune(now());
   const holdings = new Holdings(node.stateDir);
   if (o.list || holdings.listedAt() === undefined) {
     await listIntoRecord(o, milo(), holdings, host, now(), report);

@@ -133,7 +133,7 @@ export function invocation(stub: StubMilo, o: InvocationOptions): Invocation {
     requestMs: conf.network.timeouts.requestMs,
     namespace: node.milo.namespace,
     // As the node's clients do (lib/milo.ts `open`, lib/agent.ts).
-    deleting: markingDeletes(node),
+    deletes: markingDeletes(node),
   });
   return {
     env,

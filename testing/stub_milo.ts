@@ -254,7 +254,7 @@ export class StubMilo {
       deadline?: number;
       token?: string;
       namespace?: string;
-      deleting?: ClientOptions["deleting"];
+      deletes?: ClientOptions["deletes"];
     } = {},
   ): MiloClient {
     return new MiloClient({
@@ -269,7 +269,7 @@ export class StubMilo {
         return Promise.resolve();
       },
       random: () => 0.5,
-      ...(o.deleting ? { deleting: o.deleting } : {}),
+      ...(o.deletes ? { deletes: o.deletes } : {}),
     });
   }
 

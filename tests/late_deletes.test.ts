@@ -1,20 +1,22 @@
 /**
- * The node's marks of the DELETEs it sent (lib/late_deletes.ts): written
- * before a DELETE goes, lasting until no attempt of it can still run at Milo,
- * and what an ADD makes of them (when its claims are read again).
+ * DELETEs Milo may run after their sender gave up (lib/late_deletes.ts): an
+ * attachment's name is marked before its DELETE is sent, the mark dropped
+ * once every DELETE was answered and kept otherwise, and an ADD of a marked
+ * name refused until it is past; a shared name's claims are read again.
  */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
 import { claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
-import { DeletesSent, markingDeletes, recheckAt } from "../lib/late_deletes.ts";
-import { invocation, withTempDir } from "../testing/stub_invocation.ts";
-import { StubMilo } from "../testing/stub_milo.ts";
+import { DeleteMarks, markingDeletes, recheckAt } from "../lib/late_deletes.ts";
+import { statusReply } from "../testing/milo_fixtures.ts";
+import { invocation, rejectsWith, withTempDir } from "../testing/stub_invocation.ts";
+import { lost, StubMilo } from "../testing/stub_milo.ts";
 
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const LATE_MS = 90_000;
 
-Deno.test("late deletes: a DELETE is marked before it is sent, until its call's deadline plus recheckAfterS", async () => {
+Deno.test("late deletes: an attachment's DELETE is marked before it is sent, and the mark dropped once it was answered", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
     const o = { stateDir: dir, ipam: V4 };
@@ -25,56 +27,87 @@ Deno.test("late deletes: a DELETE is marked before it is sent, until its call's 
     stub.inject({
       method: "DELETE",
       answer: () => {
-        // The mark is on disk before Milo sees the DELETE.
         seen = JSON.parse(Deno.readTextFileSync(`${dir}/deletes/${name}`));
         return undefined;
       },
     });
     const d = invocation(stub, { command: "DEL", ...o });
     await del(d);
-    assert.deepEqual(seen, { until: d.deadline + LATE_MS });
-    const sent = new DeletesSent(dir);
-    assert.equal(sent.pending(name, d.deadline + LATE_MS - 1), true);
-    assert.equal(sent.pending(name, d.deadline + LATE_MS), false);
-    assert.throws(() => Deno.statSync(`${dir}/deletes/${name}`), Deno.errors.NotFound, "dropped");
+    assert.deepEqual(seen, { until: d.deadline + LATE_MS }, "on disk before Milo saw it");
+    assert.equal(new DeleteMarks(dir).pending(name, Date.now()), undefined, "answered: dropped");
   });
 });
 
-Deno.test("late deletes: a mark keeps the latest of two DELETEs, and prune drops only the past", async () => {
-  await withTempDir((dir) => {
-    const node = invocation(new StubMilo(), { command: "DEL", stateDir: dir }).node;
-    const mark = markingDeletes(node);
-    mark("a", 2_000);
-    mark("a", 1_000);
-    mark("b", 5_000);
-    const sent = new DeletesSent(dir);
-    sent.prune(2_000 + LATE_MS);
-    assert.equal(sent.pending("a", 2_000 + LATE_MS - 1), false, "past at the prune: dropped");
-    assert.equal(sent.pending("b", 2_000 + LATE_MS), true);
+Deno.test("late deletes: a DELETE unanswered keeps the mark, and the same container's ADD is refused (11) until it is past", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const clock = { t: Date.now() };
+    const o = { stateDir: dir, ipam: V4, now: () => clock.t };
+    const a = invocation(stub, { command: "ADD", ...o });
+    await add(a);
+    const name = claimName(a.attachment, "ipv4");
+    // Held before it runs: its sender gives up, reads the claim still there, and deletes again.
+    let held: (() => void) | undefined;
+    stub.inject({
+      method: "DELETE",
+      answer: () => {
+        held = () => stub.deleteClaim(name);
+        return lost();
+      },
+    });
+    const d = invocation(stub, { command: "DEL", ...o });
+    await del(d);
+    const until = new DeleteMarks(dir).pending(name, clock.t);
+    assert.equal(until, d.deadline + LATE_MS);
+    const e = await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
+    assert.match(e.message, /Milo may still run that DELETE until/);
+    assert.equal(stub.get(name), undefined, "nothing made under it");
+    held!();
+    clock.t = until!;
+    await add(invocation(stub, { command: "ADD", ...o }));
+    assert.ok(stub.get(name), "made once the DELETE can no longer run");
+  });
+});
+
+Deno.test("late deletes: a DELETE that fails keeps the mark; a shared name is never marked", async () => {
+  await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const o = { stateDir: dir, ipam: V4 };
+    const a = invocation(stub, { command: "ADD", ...o });
+    await add(a);
+    const name = claimName(a.attachment, "ipv4");
+    stub.inject({ method: "DELETE", times: 100, answer: () => statusReply(503) });
+    await rejectsWith(
+      del(invocation(stub, { command: "DEL", ...o, deadline: Date.now() + 300 })),
+      11,
+    );
+    assert.ok(new DeleteMarks(dir).pending(name, Date.now()));
+    markingDeletes(a.node).sending("podid-0123456789abcdef0123-v4", Date.now());
+    assert.equal(new DeleteMarks(dir).pending("podid-0123456789abcdef0123-v4", 0), undefined);
+  });
+});
+
+Deno.test("late deletes: a mark keeps the later of two, and prune drops only the past", () =>
+  withTempDir((dir) => {
+    const marks = new DeleteMarks(dir);
+    marks.mark("a", 2_000);
+    marks.mark("a", 1_000);
+    marks.mark("b", 5_000);
+    marks.prune(2_000);
+    assert.equal(marks.pending("a", 0), undefined, "past at the prune: dropped");
+    assert.equal(marks.pending("b", 2_000), 5_000);
     assert.deepEqual([...Deno.readDirSync(`${dir}/deletes`)].map((e) => e.name), ["b"]);
     return Promise.resolve();
-  });
-});
+  }));
 
-Deno.test("late deletes: an ADD's claims are read again after a shared name, or a name one of this node's DELETEs may still reach; else never", async () => {
-  await withTempDir((dir) => {
+Deno.test("late deletes: a shared name's claims are read again recheckAfterS after the ADD; an attachment's never (no GET more)", () =>
+  withTempDir((dir) => {
     const node = invocation(new StubMilo(), { command: "DEL", stateDir: dir }).node;
     const now = 1_000_000;
     assert.equal(recheckAt(node, ["pod-0123456789abcdef0123-v4"], now), undefined);
     assert.equal(recheckAt(node, ["podid-0123456789abcdef0123-v4"], now), now + LATE_MS);
-    markingDeletes(node)("pod-0123456789abcdef0123-v4", now - 1_000);
-    assert.equal(recheckAt(node, ["pod-0123456789abcdef0123-v4"], now), now + LATE_MS);
+    assert.equal(recheckAt(node, ["slot-0123456789abcdef0123-v6"], now), now + LATE_MS);
     const off = { ...node, reconcile: { ...node.reconcile, recheckAfterS: 0 } };
     assert.equal(recheckAt(off, ["podid-0123456789abcdef0123-v4"], now), undefined);
     return Promise.resolve();
-  });
-});
-
-Deno.test("late deletes: a fresh container's ADD asks Milo for nothing more later (no recheck recorded)", async () => {
-  await withTempDir(async (dir) => {
-    const stub = new StubMilo();
-    const a = invocation(stub, { command: "ADD", stateDir: dir, ipam: V4 });
-    await add(a);
-    assert.equal(a.holdings.read(a.attachment)?.recheckAt, undefined);
-  });
-});
+  }));

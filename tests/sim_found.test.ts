@@ -344,17 +344,6 @@ Deno.test("a DELETE Milo runs after the name was made again: the new holder's cl
   });
 });
 
-Deno.test("a DELETE Milo runs after the same container's next ADD made its claim again: read again and made again", async () => {
-  await withTempDir(async (dir) => {
-    // A runtime that starts the same container again (podman restart): the same claim names.
-    const w = await lateDelete(dir, { ipam: V4 }, "old");
-    w.clock.t += 90_000;
-    const r = await w.run();
-    assert.deepEqual(r.remade.map((x) => x.claim), [w.name]);
-    assert.equal(w.stub.get(w.name)?.metadata.annotations?.[KEYS.containerId], "old");
-  });
-});
-
 Deno.test({
   name:
     "an ADD that succeeds keeps the doubt of the journal entry it drops: an earlier ADD's late create outlives the next DEL",

@@ -67,10 +67,11 @@ export interface Ledger {
   removedInPlace(address: string): number | undefined;
   /**
    * When a node last reported a duplicate of this address: any report (a
-   * reconcile's verification, a DEL, the journal, the sweep), or only a
-   * release's (`byRelease`: the one that removed a claim in place says so).
+   * reconcile's verification, a DEL, the journal, the sweep). One a DELETE
+   * removed in place is reported by the release that knew it, or, when that
+   * DELETE landed after its sender gave up, by the holder's own node.
    */
-  reported(address: string, byRelease?: boolean): number | undefined;
+  reported(address: string): number | undefined;
 }
 
 const A = "milo-ipam.io/";
@@ -137,7 +138,7 @@ export class Checker {
           const since = this.#excused.get(ip) ?? now;
           this.#excused.set(ip, since);
           const window = behind ? this.#w.verify : this.#w.release;
-          const told = this.#l.reported(ip, !behind);
+          const told = this.#l.reported(ip);
           if ((told === undefined || told < since - window) && now - since > window) {
             return {
               kind: "unreported",

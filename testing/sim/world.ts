@@ -115,8 +115,6 @@ class World {
   readonly #inPlace = new Map<string, number>();
   /** Duplicates reported by a node (a reconcile's verification, a DEL, the sweep): address, last. */
   readonly #reported = new Map<string, number>();
-  /** The same, reported by a release (a DEL, the journal, the sweep): not by verification. */
-  readonly #releaseReported = new Map<string, number>();
   readonly #sweeping = new Set<Cluster>();
   /** Agent kills waiting for an ADD's create to be in flight, by node. */
   readonly #armed = new Map<string, (why: string) => void>();
@@ -229,7 +227,7 @@ class World {
       quietSince: (n) => this.#quietSince(n),
       deletedBehind: (a) => this.#behind.get(a),
       removedInPlace: (ip) => this.#inPlace.get(ip),
-      reported: (ip, byRelease) => (byRelease ? this.#releaseReported : this.#reported).get(ip),
+      reported: (ip) => this.#reported.get(ip),
     }, WINDOWS);
     let violation: SimResult["violation"];
     await sched.runUntil(end, () => {
@@ -282,7 +280,7 @@ class World {
       random: () => rng.next(),
       now: sched.now,
       signal: c.signal,
-      ...(c.node ? { deleting: markingDeletes(c.node) } : {}),
+      ...(c.node ? { deletes: markingDeletes(c.node) } : {}),
     });
   }
 
@@ -413,10 +411,6 @@ class World {
       const ip = canon(d.address.split("/")[0]);
       this.log(`${who} reports a duplicate: ${ip} (${d.now})`);
       this.#reported.set(ip, this.sched.now());
-      // Verification names the holder it found live on this node (lib/reconcile_verify.ts).
-      if (!d.holder.endsWith("(live on this node)")) {
-        this.#releaseReported.set(ip, this.sched.now());
-      }
     }
   }
 
