@@ -90,8 +90,12 @@ interface ClassSpec {
 /** What the world's trace and checker hear of Milo's changes. */
 export interface MiloEvents {
   changed?(what: string): void;
-  /** A claim was deleted: by a request of process `by`, or by hand (`by` undefined). */
-  removed?(claim: WireClaim, by: string | undefined): void;
+  /**
+   * A claim was deleted: by a request of process `by`, or by hand (`by`
+   * undefined); `judged`, the uid the DELETE's precondition named (the object
+   * its sender judged), if any.
+   */
+  removed?(claim: WireClaim, by: string | undefined, judged?: string): void;
 }
 
 /** Milo's tunables in the simulation. */
@@ -361,7 +365,12 @@ export class SimMilo {
           this.claims.get(name)!.status.phase = "Releasing";
           throw releaseFailed(name);
         }
-        return this.#json(200, this.#delete(name, by));
+        const judged = (body as { preconditions?: { uid?: unknown } } | undefined)?.preconditions
+          ?.uid;
+        return this.#json(
+          200,
+          this.#delete(name, by, typeof judged === "string" ? judged : undefined),
+        );
       }
       return this.#error(notFound("ipclaims", name ?? ""));
     } catch (err) {
@@ -457,10 +466,11 @@ export class SimMilo {
     }, null);
   }
 
-  #delete(name: string, by: string): WireClaim {
+  /** Milo's DELETE: by name, whatever `judged` (its precondition's uid) says. */
+  #delete(name: string, by: string, judged: string | undefined): WireClaim {
     const c = this.claims.get(name);
     if (!c) throw notFound("ipclaims", name);
-    this.#remove(name, "deleted", by);
+    this.#remove(name, "deleted", by, judged);
     return {
       ...c,
       metadata: { ...c.metadata, resourceVersion: String(++this.#rv) },
@@ -468,10 +478,10 @@ export class SimMilo {
     };
   }
 
-  #remove(name: string, why: string, by: string | undefined): void {
+  #remove(name: string, why: string, by: string | undefined, judged?: string): void {
     const c = this.claims.get(name)!;
     this.claims.delete(name);
-    this.events.removed?.(c, by);
+    this.events.removed?.(c, by, judged);
     const a = this.#allocs.get(name);
     if (a && c.spec.reclaimPolicy === "Retain") {
       a.claimUid = undefined;

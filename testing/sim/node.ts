@@ -67,6 +67,8 @@ export interface ClientCall {
 /** What a node needs of the world. */
 export interface NodeWorld {
   sched: Scheduler;
+  /** The nodes' `reconcile.recheckAfterS` (lib/late_deletes.ts). */
+  recheckAfterS: number;
   /** A Milo client for a call or a run of this node. */
   client(o: ClientCall): MiloClient;
   /** Wraps an invocation (a defect's old behaviour around the real handler). */
@@ -299,7 +301,7 @@ export class SimNode {
       reconcile: {
         graceS: NODE_SETTINGS.graceS,
         verifyIntervalS: NODE_SETTINGS.verifyIntervalS,
-        recheckAfterS: NODE_SETTINGS.recheckAfterS,
+        recheckAfterS: world.recheckAfterS,
       },
       timeouts: { requestMs: NODE_SETTINGS.requestMs, totalMs: NODE_SETTINGS.totalMs },
       allowIdentities: [{ namespace: "shop" }],

@@ -48,6 +48,11 @@ export interface SimOptions {
   profile?: Profile;
   /** Puts back one of issue #37's defects (defects.ts). */
   defect?: Defect;
+  /**
+   * The nodes' `reconcile.recheckAfterS`: 30 s, or 0 with a defect put back
+   * (the code before it had no recheck and no refusal: lib/late_deletes.ts came later).
+   */
+  recheckAfterS?: number;
   /** Plants a wrong ledger the checker must report (its own tests). */
   plant?: Plant;
   /** Hears each trace line as it is made. */
@@ -135,10 +140,11 @@ class World {
       latencyMs: 30,
     }, {
       changed: (line) => this.log(line),
-      removed: (c, by) => this.#removed(c, by),
+      removed: (c, by, judged) => this.#removed(c, by, judged),
     });
     const world = {
       sched: this.sched,
+      recheckAfterS: this.o.recheckAfterS ?? (this.o.defect ? 0 : NODE_SETTINGS.recheckAfterS),
       client: (c: ClientCall) => this.#client(c),
       invoke: (node: SimNode, req: InvokeRequest, deps: Parameters<typeof invoke>[1]) =>
         this.#invoke(node, req, deps),
@@ -418,7 +424,7 @@ class World {
    * A claim Milo deleted: by hand (behind its node's back), or by a release
    * path (noted when its holder was live: removed in place of another).
    */
-  #removed(c: WireClaim, by: string | undefined): void {
+  #removed(c: WireClaim, by: string | undefined, judged: string | undefined): void {
     const a = c.metadata.annotations ?? {};
     const now = this.sched.now();
     if (by === undefined) {
@@ -427,7 +433,10 @@ class World {
     }
     const holder = this.sandboxes.get(a["milo-ipam.io/container-id"] ?? "");
     if (holder && (holder.state === "live" || holder.state === "creating")) {
-      this.#inPlace.set(claimAddress(c), now);
+      // In place of the object judged (Milo deletes by name): a race nothing on a node can stop.
+      // The very object judged, of a live holder: the release judged wrong, which no report
+      // excuses.
+      if (judged !== c.metadata.uid) this.#inPlace.set(claimAddress(c), now);
       this.log(
         `milo: ${by} deleted ${c.metadata.name} of a ${holder.state} sandbox (${holder.pod.name} ${
           holder.id.slice(0, 8)
