@@ -10,10 +10,10 @@
  * machine, whose container a result cache names): those not verified for
  * `reconcile.verifyIntervalS`, spread over the runs of that interval, and at
  * least one (the least recently verified), so that a namespace's claims all
- * gone is seen within one run, and every claim of a record whose
- * `recheckAt` has passed since it was last read (a DELETE sent before its ADD
- * may have run since: lib/late_deletes.ts); a claim found missing, or another holder's,
- * widens the run to every live claim (a duplicate, read again every run, would
+ * gone is seen within one run, and every claim of a record whose `recheckAt`
+ * has passed since it was last read (a DELETE sent before its ADD may have
+ * run since: lib/late_deletes.ts); a claim found missing, or another
+ * holder's, widens the run to every live claim (a duplicate, read again every run, would
  * otherwise take the run's share for as long as it lasts). A missing claim is
  * made again, under the attachment's lock while its record (still naming it,
  * no release of the attachment journaled since) and its cache entry are still

@@ -22,7 +22,9 @@
  * drops (an earlier ADD's creates); a DEL after doubt
  * journals it in doubt whatever happened to the DEL, and the journal's
  * window counts from when the doubt began (the ADD's end), not from an
- * older entry's creation.
+ * older entry's creation. A claim the record held (or an ADD made) that its
+ * own release finds gone is in doubt too: another's DELETE removed it in
+ * place, and that release makes it again, maybe after this one.
  */
 
 /** One claim a release is owed for (a journal entry's). */
