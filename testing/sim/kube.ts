@@ -12,6 +12,11 @@
 import type { KubeClient, KubeNode, KubePod } from "../../lib/kube.ts";
 import type { Scheduler } from "./scheduler.ts";
 
+/** The UID of a simulated cluster's kube-system namespace (what its nodes' installs record). */
+export function clusterUidOf(cluster: string): string {
+  return `00000000-0000-4000-8000-${cluster.replace(/[^a-z0-9]/g, "").padEnd(12, "0").slice(-12)}`;
+}
+
 /** A network a pod is attached to: the network config's name, and its interface. */
 export interface PodNet {
   network: string;
@@ -273,6 +278,10 @@ export function sweepKube(
         ready: n.ready,
         ...(o.blind ? {} : { readySince: new Date(n.readySince).toISOString() }),
       }));
+    },
+    clusterUid: async (): Promise<string> => {
+      await trip();
+      return clusterUidOf(kube.cluster);
     },
     getPod: async (namespace: string, name: string): Promise<KubePod | null> => {
       await trip();

@@ -7,6 +7,7 @@
  * Every call runs the real `invoke` (lib/invoke.ts) and so the real
  * handlers; every reconcile the real `reconcile` (lib/reconcile.ts).
  */
+import { clusterUidOf } from "./kube.ts";
 import { type NodeConfig, parseNodeConfig } from "../../lib/config.ts";
 import { invoke, type InvokeRequest, type Reply } from "../../lib/invoke.ts";
 import type { MiloClient } from "../../lib/milo.ts";
@@ -288,6 +289,7 @@ export class SimNode {
     this.config = parseNodeConfig({
       milo: { url: MILO_BASE, tokenFile: `${this.dir}/token` },
       cluster,
+      clusterUid: clusterUidOf(cluster),
       node: name,
       log: { level: "off" },
       stateDir: `${this.dir}/state`,
