@@ -14,23 +14,40 @@ import { DEFAULT_STEPS, report } from "../testing/sim/main.ts";
 import type { Profile } from "../testing/sim/script.ts";
 import { simulate } from "../testing/sim/world.ts";
 
-/** Where each defect shows: a seed of a profile, at a fault level. */
-const FOUND_AT: Record<Defect, { seed: number; profile: Profile; faults: number }> = {
+/**
+ * Where each defect shows: a seed of a profile, at a fault level; `hidden`:
+ * why no world shows it alone any more.
+ */
+const FOUND_AT: Record<
+  Defect,
+  { seed: number; profile: Profile; faults: number; hidden?: string }
+> = {
   "blind-delete": { seed: 23, profile: "handover", faults: 2 },
-  "believe-taken": { seed: 0, profile: "racer", faults: 2 },
+  "believe-taken": {
+    seed: 18,
+    profile: "racer",
+    faults: 2,
+    // The remake that believes "taken" leaves a stable name's new holder without its claim
+    // only until that holder's own recheck (lib/late_deletes.ts), which reports or repairs it
+    // within the release window; with the recheck off, the late DELETEs it also guards
+    // against break the same worlds first (racer at faults 2: seeds 8, 18 and 33 of 1-40,
+    // handover: none of 1-30).
+    hidden: "hidden by the recheck of shared names",
+  },
   "doubt-erased": { seed: 4, profile: "agent", faults: 2 },
   "del-not-in-doubt": { seed: 4, profile: "agent", faults: 2 },
-  "sweep-ready": { seed: 0, profile: "handover", faults: 1 },
+  "sweep-ready": { seed: 2, profile: "handover", faults: 1 },
 };
 
 for (const defect of Object.keys(DEFECTS) as Defect[]) {
   const at = FOUND_AT[defect];
   const world = `seed ${at.seed}, profile ${at.profile}, faults ${at.faults}`;
-  Deno.test(`sim: ${defect} (${DEFECTS[defect]}) is found (${world})`, async () => {
+  const name = `sim: ${defect} (${DEFECTS[defect]}) is found (${world})`;
+  Deno.test({ name, ignore: at.hidden !== undefined }, async () => {
     const o = { seed: at.seed, steps: DEFAULT_STEPS, profile: at.profile, faults: at.faults };
     const found = await simulate({ ...o, defect });
     assert.ok(found.violation, `no violation with ${defect} in ${world}`);
     const fixed = await simulate({ ...o, recheckAfterS: 0 });
-    assert.ok(!fixed.violation, `without ${defect}:\n${report(fixed, {}).join("\n")}`);
+    if (fixed.violation) assert.fail(`without ${defect}:\n${report(fixed, {}).join("\n")}`);
   });
 }
