@@ -17,14 +17,31 @@ import { describe, type Profile, profileOf, PROFILES } from "./script.ts";
 import { shrink } from "./shrink.ts";
 import { type SimOptions, type SimResult, simulate } from "./world.ts";
 
-/** The seeds `deno task test` runs (tests/sim_seeds.test.ts) and `deno task simulate` by default. */
-export const DEFAULT_SEEDS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+/** One world: a seed, with the profile and fault level it runs under (its own profile, 1). */
+export interface World {
+  seed: number;
+  profile?: Profile;
+  faults?: number;
+}
+
+/**
+ * The worlds `deno task test` runs (tests/sim_seeds.test.ts) and `deno task
+ * simulate` by default: seeds 1-12 as each draws, and the worlds each defect
+ * of issue #37 shows in (tests/sim_defects.test.ts).
+ */
+export const DEFAULT_WORLDS: World[] = [
+  ...Array.from({ length: 12 }, (_, i) => ({ seed: i + 1 })),
+  { seed: 23, profile: "handover", faults: 2 },
+  { seed: 4, profile: "agent", faults: 2 },
+  { seed: 2, profile: "handover", faults: 1 },
+];
 /** Steps of each default run. */
 export const DEFAULT_STEPS = 80;
 
 const USAGE = `usage: deno task simulate [--seeds N|LIST] [--seed N] [--steps N] [--faults X]
                               [--defect NAME] [--no-shrink] [--trace]
-  --seeds   how many seeds (1..N), or a list: 3,7,10-20 (default: ${DEFAULT_SEEDS.length} seeds)
+  --seeds   how many seeds (1..N), or a list: 3,7,10-20 (default: ${DEFAULT_WORLDS.length} worlds,
+            seeds 1-12 and the worlds the defects show in)
   --seed    replay one seed and print its whole trace
   --steps   steps of each seed's script (default ${DEFAULT_STEPS})
   --faults  how hard on the world: 0 none, 1 default, 2 twice as many faults
@@ -46,13 +63,20 @@ export function parseSeeds(s: string): number[] {
 }
 
 /** The lines that report a violation: seed, step, the shrunk script and the trace lines about it. */
-export function report(r: SimResult, o: { unshrunk?: SimResult; defect?: Defect }): string[] {
+export function report(
+  r: SimResult,
+  o: { unshrunk?: SimResult; defect?: Defect; profile?: Profile; faults?: number },
+): string[] {
   const v = r.violation!;
+  const world = (o.profile && o.profile !== profileOf(r.seed) ? ` --profile ${o.profile}` : "") +
+    (o.faults !== undefined && o.faults !== 1 ? ` --faults ${o.faults}` : "");
   const out = [
     `seed ${r.seed}: VIOLATION ${v.kind} at ${clock(v.at)}, step ${v.step}, event ${v.tick}` +
     (o.defect ? ` (defect ${o.defect})` : ""),
     `  ${v.what}`,
-    `  replay: deno task simulate --seed ${r.seed}${o.defect ? ` --defect ${o.defect}` : ""}` +
+    `  replay: deno task simulate --seed ${r.seed}${world}${
+      o.defect ? ` --defect ${o.defect}` : ""
+    }` +
     (o.unshrunk
       ? ` (unshrunk: ${o.unshrunk.script.length} steps, violation at step ${
         o.unshrunk.violation!.step
@@ -111,26 +135,29 @@ if (import.meta.main) {
     Deno.exit(0);
   }
   const steps = values.steps === undefined ? DEFAULT_STEPS : Number(values.steps);
-  const faults = values.faults === undefined ? 1 : Number(values.faults);
+  const faultsSaid = values.faults === undefined ? undefined : Number(values.faults);
   const defect = values.defect === undefined ? undefined : defectOf(values.defect);
   const one = values.seed !== undefined;
-  const seeds = one
-    ? [Number(values.seed)]
+  const worlds: World[] = one
+    ? [{ seed: Number(values.seed) }]
     : values.seeds
-    ? parseSeeds(values.seeds)
-    : DEFAULT_SEEDS;
+    ? parseSeeds(values.seeds).map((seed) => ({ seed }))
+    : DEFAULT_WORLDS;
   if (
-    !Number.isInteger(steps) || steps < 0 || !Number.isFinite(faults) ||
-    seeds.some((s) => !Number.isInteger(s))
+    !Number.isInteger(steps) || steps < 0 ||
+    (faultsSaid !== undefined && !Number.isFinite(faultsSaid)) ||
+    worlds.some((w) => !Number.isInteger(w.seed))
   ) {
     console.error(USAGE);
     Deno.exit(2);
   }
   let failed = 0;
   const started = performance.now();
-  for (const seed of seeds) {
+  for (const w of worlds) {
     const t = performance.now();
-    const profile = values.profile as Profile | undefined ?? profileOf(seed);
+    const seed = w.seed;
+    const profile = values.profile as Profile | undefined ?? w.profile ?? profileOf(seed);
+    const faults = faultsSaid ?? w.faults ?? 1;
     const o: SimOptions = {
       seed,
       steps,
@@ -143,7 +170,7 @@ if (import.meta.main) {
     const secs = ((performance.now() - t) / 1000).toFixed(1);
     if (result.violation) {
       failed++;
-      for (const l of report(result, { unshrunk, defect })) console.log(l);
+      for (const l of report(result, { unshrunk, defect, profile, faults })) console.log(l);
       if (values.trace && unshrunk) {
         console.log(`  the shortest script's whole trace:`);
         for (const l of result.trace) console.log(`    ${l}`);
@@ -158,6 +185,6 @@ if (import.meta.main) {
     }
   }
   const secs = ((performance.now() - started) / 1000).toFixed(1);
-  console.log(`${seeds.length} seed(s), ${failed} with a violation, ${secs} s`);
+  console.log(`${worlds.length} world(s), ${failed} with a violation, ${secs} s`);
   Deno.exit(failed ? 1 : 0);
 }
