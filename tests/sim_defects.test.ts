@@ -28,12 +28,13 @@ const FOUND_AT: Record<
     seed: 18,
     profile: "racer",
     faults: 2,
-    // The remake that believes "taken" leaves a stable name's new holder without its claim
-    // only until that holder's own recheck (lib/late_deletes.ts), which reports or repairs it
-    // within the release window; with the recheck off, the late DELETEs it also guards
-    // against break the same worlds first (racer at faults 2: seeds 8, 18 and 33 of 1-40,
-    // handover: none of 1-30).
-    hidden: "hidden by the recheck of shared names",
+    // No world searched (racer and handover, faults 1 and 2: about 180 seeds) reaches a remake
+    // that meets "taken": where the defect's run breaks the ledger, the same world without it
+    // breaks at the same event, from the late DELETEs the code before also had (racer at
+    // faults 2, seeds 8, 18 and 33). A stable name's holder whose claim a release removed in
+    // place is read again by its own node (lib/late_deletes.ts) and reported or repaired
+    // within the release window whatever the remake believed.
+    hidden: "no world reaches it: see above",
   },
   "doubt-erased": { seed: 4, profile: "agent", faults: 2 },
   "del-not-in-doubt": { seed: 4, profile: "agent", faults: 2 },
