@@ -177,7 +177,8 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
       // owed: a DEL that ran meanwhile released it (and dropped it) or journaled it, and a
       // runtime keeps the cache entry of a DEL that failed.
       if (now?.addId !== h.addId || now.state !== "held") return;
-      if (!now.claims.some((x) => x.name === c.name) || owed(run, key)) return;
+      const journal = new Journal(run.node.stateDir);
+      if (!now.claims.some((x) => x.name === c.name) || journal.owes(key)) return;
       if (!isLive(await run.caches.read(), h.containerId)) return;
       const claim = await run.milo().getClaim(c.name);
       if (claim) return judgeFound(run, x, claim, out);
@@ -201,16 +202,6 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
       out.missing.push({ claim: c.name, address: c.address, why: errorText(err) });
     }
   });
-}
-
-/** True when the release journal owes a release of the attachment `key`. */
-function owed(run: VerifyRun, key: Parameters<Journal["pathOf"]>[0]): boolean {
-  try {
-    Deno.statSync(new Journal(run.node.stateDir).pathOf(key));
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** The holder a record names, in one line. */

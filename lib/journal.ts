@@ -120,6 +120,16 @@ export class Journal {
     return `${this.dir}/pod-${attachmentHash(a)}.json`;
   }
 
+  /** True when the journal owes a release of `a` (its entry exists). */
+  owes(a: Pick<Attachment, "cluster" | "containerId" | "ifname">): boolean {
+    try {
+      Deno.statSync(this.pathOf(a));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /**
    * Records (or extends) the entry of `a` with what a release owes (lib/lease.ts
    * `owedAfterRelease`): its claims and the error that left them, and, when

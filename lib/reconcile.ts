@@ -179,7 +179,7 @@ async function verify(
   now: () => number,
 ): Promise<void> {
   const journal = new Journal(o.node.stateDir);
-  const owed = (x: VerifyRun["claims"][number]) => exists(journal.pathOf(x.h));
+  const owed = (x: VerifyRun["claims"][number]) => journal.owes(x.h);
   const v = await verifyLive({
     node: o.node,
     milo,
@@ -197,15 +197,6 @@ async function verify(
   for (const e of v.errors) report.errors.push(e);
   if (v.checked) {
     next.findings = { at: now(), duplicates: report.duplicates, missing: v.missing };
-  }
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -100,7 +100,7 @@ export async function showRows(
     row.local = {
       cachesNaming: perDir.filter((p) => isLive(p.l, h.containerId!)).map((p) => p.d),
       record: record?.state ?? "none",
-      journaled: exists(journal.pathOf(key)),
+      journaled: journal.owes(key),
     };
     return row;
   });
@@ -110,15 +110,6 @@ function isHere(c: IPClaim, node: NodeConfig, host: string): boolean {
   const h = holderOf(c);
   return h.cluster === node.cluster && h.node === node.node && h.host === host &&
     !!h.containerId;
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Parses the query of the command line, or answers why it is wrong. */
