@@ -115,7 +115,7 @@ export class MiloClient implements MiloCalls {
 
   /** The same client with another deadline (the request counts are shared). */
   withDeadline(deadline: number): MiloClient {
-    return new MiloClient({ ...this.#o, deadline }, this.#counter);
+    return this.copy({ ...this.#o, deadline }, this.#counter);
   }
 
   /** The same client with a deadline `ms` from now, on its own clock. */
@@ -125,12 +125,17 @@ export class MiloClient implements MiloCalls {
 
   /** The same client that goes on when the caller is gone (to undo what was half done). */
   unabortable(): MiloClient {
-    return new MiloClient({ ...this.#o, signal: undefined }, this.#counter);
+    return this.copy({ ...this.#o, signal: undefined }, this.#counter);
   }
 
   /** The same client whose requests release (a rollback's): the limiter's release flow. */
   releasing(): MiloClient {
-    return new MiloClient({ ...this.#o, purpose: "release" }, this.#counter);
+    return this.copy({ ...this.#o, purpose: "release" }, this.#counter);
+  }
+
+  /** A client of this kind with `options`, sharing `counter` (what each copy above makes). */
+  protected copy(options: ClientOptions, counter: { n: number }): MiloClient {
+    return new MiloClient(options, counter);
   }
 
   /** Builds a client from the node config: reads and checks the token and TLS files. */

@@ -72,16 +72,8 @@ class BlindReleases extends MiloClient {
     this.#counter = counter;
   }
 
-  override withDeadline(deadline: number): MiloClient {
-    return new BlindReleases({ ...this.#o, deadline }, this.#counter);
-  }
-
-  override unabortable(): MiloClient {
-    return new BlindReleases({ ...this.#o, signal: undefined }, this.#counter);
-  }
-
-  override releasing(): MiloClient {
-    return new BlindReleases({ ...this.#o, purpose: "release" }, this.#counter);
+  protected override copy(o: ClientOptions, counter: Counter): MiloClient {
+    return new BlindReleases(o, counter);
   }
 
   /** lib/milo_release.ts `releaseIf` before 0d58c4c. */
@@ -183,27 +175,11 @@ class BlindReleases extends MiloClient {
  * create is answered as if it made the claim posted.
  */
 class BelievingReleases extends MiloClient {
-  readonly #o: ClientOptions;
-  readonly #counter: Counter;
   /** Releases running on this client: a create among them is a remake. */
   #releasing = 0;
 
-  constructor(o: ClientOptions, counter: Counter = { n: 0 }) {
-    super(o, counter);
-    this.#o = o;
-    this.#counter = counter;
-  }
-
-  override withDeadline(deadline: number): MiloClient {
-    return new BelievingReleases({ ...this.#o, deadline }, this.#counter);
-  }
-
-  override unabortable(): MiloClient {
-    return new BelievingReleases({ ...this.#o, signal: undefined }, this.#counter);
-  }
-
-  override releasing(): MiloClient {
-    return new BelievingReleases({ ...this.#o, purpose: "release" }, this.#counter);
+  protected override copy(o: ClientOptions, counter: Counter): MiloClient {
+    return new BelievingReleases(o, counter);
   }
 
   override async releaseIf(
