@@ -161,6 +161,27 @@ export class StubMilo {
     return res;
   }) as typeof fetch;
 
+  /**
+   * Holds the next DELETE before Milo runs it: its sender gets no answer
+   * (timed out), and Milo runs it when the function answered is called (a
+   * DELETE run after its sender gave up, on whatever claim the name has then).
+   */
+  holdNextDelete(): () => void {
+    let run: (() => void) | undefined;
+    this.inject({
+      method: "DELETE",
+      answer: (req) => {
+        const name = decodeURIComponent(req.path.slice(req.path.lastIndexOf("/") + 1));
+        run = () => void this.deleteClaim(name);
+        return lost();
+      },
+    });
+    return () => {
+      if (!run) throw new Error("no DELETE was held");
+      run();
+    };
+  }
+
   /** Adds a fault (see {@link Fault}). */
   inject(fault: Fault): void {
     this.#faults.push({ ...fault, left: fault.times ?? 1 });

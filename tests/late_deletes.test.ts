@@ -11,7 +11,7 @@ import { del } from "../lib/del.ts";
 import { DeleteMarks, markingDeletes, recheckAt } from "../lib/late_deletes.ts";
 import { statusReply } from "../testing/milo_fixtures.ts";
 import { invocation, rejectsWith, withTempDir } from "../testing/stub_invocation.ts";
-import { lost, StubMilo } from "../testing/stub_milo.ts";
+import { StubMilo } from "../testing/stub_milo.ts";
 
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const LATE_MS = 90_000;
@@ -47,14 +47,7 @@ Deno.test("late deletes: a DELETE unanswered keeps the mark, and the same contai
     await add(a);
     const name = claimName(a.attachment, "ipv4");
     // Held before it runs: its sender gives up, reads the claim still there, and deletes again.
-    let held: (() => void) | undefined;
-    stub.inject({
-      method: "DELETE",
-      answer: () => {
-        held = () => stub.deleteClaim(name);
-        return lost();
-      },
-    });
+    const held = stub.holdNextDelete();
     const d = invocation(stub, { command: "DEL", ...o });
     await del(d);
     const until = new DeleteMarks(dir).pending(name, clock.t);
@@ -62,7 +55,7 @@ Deno.test("late deletes: a DELETE unanswered keeps the mark, and the same contai
     const e = await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
     assert.match(e.message, /Milo may still run that DELETE until/);
     assert.equal(stub.get(name), undefined, "nothing made under it");
-    held!();
+    held();
     clock.t = until!;
     await add(invocation(stub, { command: "ADD", ...o }));
     assert.ok(stub.get(name), "made once the DELETE can no longer run");

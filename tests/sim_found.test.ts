@@ -290,57 +290,36 @@ Deno.test("reconcile: a duplicate read every run does not keep the other live cl
   });
 });
 
-/**
- * A node holding `other` (an older live attachment: verification's least
- * recently read, so the run's one read is not the new claim's), whose DEL of
- * container `old` sends a DELETE Milo holds and runs after `next` made the
- * name again. Answers the name and a reconcile at `clock.t`.
- */
-async function lateDelete(dir: string, o: Partial<InvocationOptions>, next: string) {
-  const stub = new StubMilo();
-  const clock = { t: Date.now() };
-  const at = { stateDir: dir, ...o, now: () => clock.t };
-  await add(invocation(stub, { command: "ADD", ...at, ipam: V4, containerId: "other" }));
-  cached(dir, "other");
-  await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
-  const old = invocation(stub, { command: "DEL", ...at, containerId: "old" });
-  const name = claimName(old.attachment, "ipv4");
-  assert.ok(stub.get(name));
-  let pending: (() => void) | undefined;
-  stub.inject({
-    method: "DELETE",
-    answer: () => {
-      // Held before it runs; its sender times out, reads the claim (still there) and sends a
-      // second DELETE, which runs. The held one runs later.
-      pending = () => stub.deleteClaim(name);
-      return lost();
-    },
-  });
-  await del(invocation(stub, { command: "DEL", ...at, containerId: "old" }));
-  clock.t += 5_000;
-  await add(invocation(stub, { command: "ADD", ...at, containerId: next }));
-  cached(dir, next);
-  const address = stub.get(name)?.status.allocatedCIDR;
-  pending!();
-  assert.equal(stub.get(name), undefined, "the held DELETE removed the new holder's claim");
-  const run = () => reconcileAt(stub, { command: "DEL", ...at, containerId: next });
-  return { stub, clock, name, address, run };
-}
-
 Deno.test("a DELETE Milo runs after the name was made again: the new holder's claim is read again once no DELETE sent before can run, and made again", async () => {
   await withTempDir(async (dir) => {
+    const stub = new StubMilo();
+    const clock = { t: Date.now() };
+    const at = { stateDir: dir, ...POD, now: () => clock.t };
+    // An older live attachment: verification's least recently read, so a run's one read is
+    // not the new claim's.
+    await add(invocation(stub, { command: "ADD", ...at, ipam: V4, containerId: "other" }));
+    cached(dir, "other");
     // db-0's sandbox is replaced on this node: the name (pod identity, Retain) is made again.
-    const w = await lateDelete(dir, POD, "new");
-    w.clock.t += 90_000;
-    const r = await w.run();
-    assert.deepEqual(r.remade.map((x) => x.claim), [w.name]);
-    const c = w.stub.get(w.name);
+    await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
+    const old = invocation(stub, { command: "DEL", ...at, containerId: "old" });
+    const name = claimName(old.attachment, "ipv4");
+    assert.ok(stub.get(name));
+    // Held before it runs; its sender times out, reads the claim (still there) and sends a
+    // second DELETE, which runs. The held one runs later.
+    const held = stub.holdNextDelete();
+    await del(old);
+    clock.t += 5_000;
+    await add(invocation(stub, { command: "ADD", ...at, containerId: "new" }));
+    cached(dir, "new");
+    const address = stub.get(name)?.status.allocatedCIDR;
+    held();
+    assert.equal(stub.get(name), undefined, "the held DELETE removed the new holder's claim");
+    clock.t += 90_000;
+    const r = await reconcileAt(stub, { command: "DEL", ...at, containerId: "new" });
+    assert.deepEqual(r.remade.map((x) => x.claim), [name]);
+    const c = stub.get(name);
     assert.equal(c?.metadata.annotations?.[KEYS.containerId], "new");
-    assert.equal(
-      c?.status.allocatedCIDR,
-      w.address,
-      "on its address (Retain kept it for the name)",
-    );
+    assert.equal(c?.status.allocatedCIDR, address, "on its address (Retain kept it for the name)");
   });
 });
 
