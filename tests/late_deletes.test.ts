@@ -10,19 +10,28 @@ import { claimName } from "../lib/claims.ts";
 import { del } from "../lib/del.ts";
 import { DeleteMarks, markingDeletes, recheckAt } from "../lib/late_deletes.ts";
 import { statusReply } from "../testing/milo_fixtures.ts";
-import { invocation, rejectsWith, withTempDir } from "../testing/stub_invocation.ts";
+import {
+  invocation,
+  type InvocationOptions,
+  rejectsWith,
+  withTempDir,
+} from "../testing/stub_invocation.ts";
 import { StubMilo } from "../testing/stub_milo.ts";
 
 const V4 = { classes: { ipv4: "vpc-pods-ipv4" } };
 const LATE_MS = 90_000;
 
+/** A node that leased one IPv4 claim with `o`: its stub, the ADD and the claim's name. */
+async function leased<O extends Omit<InvocationOptions, "command">>(o: O) {
+  const stub = new StubMilo();
+  const a = invocation(stub, { command: "ADD", ...o });
+  await add(a);
+  return { stub, o, a, name: claimName(a.attachment, "ipv4") };
+}
+
 Deno.test("late deletes: an attachment's DELETE is marked before it is sent, and the mark dropped once it was answered", async () => {
   await withTempDir(async (dir) => {
-    const stub = new StubMilo();
-    const o = { stateDir: dir, ipam: V4 };
-    const a = invocation(stub, { command: "ADD", ...o });
-    await add(a);
-    const name = claimName(a.attachment, "ipv4");
+    const { stub, o, name } = await leased({ stateDir: dir, ipam: V4 });
     let seen: unknown;
     stub.inject({
       method: "DELETE",
@@ -40,12 +49,8 @@ Deno.test("late deletes: an attachment's DELETE is marked before it is sent, and
 
 Deno.test("late deletes: a DELETE unanswered keeps the mark, and the same container's ADD is refused (11) until it is past", async () => {
   await withTempDir(async (dir) => {
-    const stub = new StubMilo();
     const clock = { t: Date.now() };
-    const o = { stateDir: dir, ipam: V4, now: () => clock.t };
-    const a = invocation(stub, { command: "ADD", ...o });
-    await add(a);
-    const name = claimName(a.attachment, "ipv4");
+    const { stub, o, name } = await leased({ stateDir: dir, ipam: V4, now: () => clock.t });
     // Held before it runs: its sender gives up, reads the claim still there, and deletes again.
     const held = stub.holdNextDelete();
     const d = invocation(stub, { command: "DEL", ...o });
@@ -64,11 +69,7 @@ Deno.test("late deletes: a DELETE unanswered keeps the mark, and the same contai
 
 Deno.test("late deletes: a DELETE that fails keeps the mark; a shared name is never marked", async () => {
   await withTempDir(async (dir) => {
-    const stub = new StubMilo();
-    const o = { stateDir: dir, ipam: V4 };
-    const a = invocation(stub, { command: "ADD", ...o });
-    await add(a);
-    const name = claimName(a.attachment, "ipv4");
+    const { stub, o, a, name } = await leased({ stateDir: dir, ipam: V4 });
     stub.inject({ method: "DELETE", times: 100, answer: () => statusReply(503) });
     await rejectsWith(
       del(invocation(stub, { command: "DEL", ...o, deadline: Date.now() + 300 })),

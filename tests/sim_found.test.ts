@@ -55,6 +55,17 @@ function reconcileAt(stub: StubMilo, node: InvocationOptions & { now?: () => num
   });
 }
 
+/**
+ * An ADD of `o` whose every create goes unanswered (it fails 11, in doubt);
+ * answers a DEL of the same attachment.
+ */
+async function addUnanswered(stub: StubMilo, o: Omit<InvocationOptions, "command">) {
+  stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
+  await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
+  stub.clearFaults();
+  return invocation(stub, { command: "DEL", ...o });
+}
+
 Deno.test("reconcile's journal in doubt waits while another holder has the name: its own create lands once that one goes", async () => {
   await withTempDir(async (dir) => {
     const stub = new StubMilo();
@@ -93,10 +104,7 @@ Deno.test("reconcile's journal in doubt keeps watching after releasing one late 
     const stub = new StubMilo();
     const o = { stateDir: dir, ipam: V4, deadline: Date.now() + 2_000 };
     // Two creates of the ADD (the first and its retry) go unanswered.
-    stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
-    await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
-    stub.clearFaults();
-    const d = invocation(stub, { command: "DEL", ...o });
+    const d = await addUnanswered(stub, o);
     await del(d);
     const name = claimName(d.attachment, "ipv4");
     const body = claimBody("default", d.conf.network, d.attachment, "ipv4");
@@ -139,10 +147,7 @@ Deno.test("a DEL that succeeds after one that failed in doubt keeps every in-dou
     const o = { stateDir: dir, deadline: Date.now() + 2_000 };
     const names = () => ["ipv4", "ipv6"].map((f) => claimName(d.attachment, f as "ipv4"));
     // The ADD's creates go unanswered; the IPv4 one lands before the DEL.
-    stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
-    await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
-    stub.clearFaults();
-    const d = invocation(stub, { command: "DEL", ...o });
+    const d = await addUnanswered(stub, o);
     stub.materialize(claimBody("default", d.conf.network, d.attachment, "ipv4"));
     // The first DEL releases the IPv4 claim; the IPv6 one's reads fail.
     stub.inject({
@@ -332,10 +337,7 @@ Deno.test({
     await withTempDir(async (dir) => {
       const stub = new StubMilo();
       const o = { stateDir: dir, ipam: V4, deadline: Date.now() + 2_000 };
-      stub.inject({ method: "POST", times: FOREVER, answer: () => lost() });
-      await rejectsWith(add(invocation(stub, { command: "ADD", ...o })), 11);
-      stub.clearFaults();
-      const d = invocation(stub, { command: "DEL", ...o });
+      const d = await addUnanswered(stub, o);
       await del(d);
       // The runtime starts the same container again: its ADD succeeds, then it is DELeted.
       await add(invocation(stub, { command: "ADD", ...o, deadline: Date.now() + 10_000 }));
