@@ -58,7 +58,8 @@ export function markingDeletes(node: Node): DeleteHooks {
  */
 export function refuseWhileDeleting(node: Node, names: string[], now: number): void {
   const marks = new DeleteMarks(node.stateDir);
-  for (const name of names) {
+  // A shared name is never marked (markingDeletes): no file to read on the ADD's path.
+  for (const name of names.filter((n) => !isSharedName(n))) {
     const until = marks.pending(name, now);
     if (until === undefined) continue;
     throw new CniError(
