@@ -4,7 +4,10 @@
  * otherwise clean.
  */
 import assert from "node:assert/strict";
+import { Checker, type Ledger } from "../testing/sim/checker.ts";
+import type { Sandbox } from "../testing/sim/runtime.ts";
 import type { Step } from "../testing/sim/script.ts";
+import type { WireClaim } from "../testing/stub_types.ts";
 import { simulate } from "../testing/sim/world.ts";
 
 /** One pod of a Deployment deleted a minute in: a sandbox that lived and is dead. */
@@ -37,4 +40,76 @@ Deno.test("sim checker: a planted leak (a dead sandbox's claim remembered, never
   const r = await simulate({ seed: 7, script: SCRIPT, plant: "leak" });
   assert.equal(r.violation?.kind, "leaked", r.violation?.what);
   assert.match(r.violation!.what, /still in Milo past/);
+});
+
+/**
+ * Two sandboxes of one slot on 10.40.0.8 from 6 s: a release's DELETE removed
+ * the first one's claim in place at 4 s and the second made the name again.
+ * The second dies at 10 s and the first gets its claim back: the duplicate
+ * lasted 4 s. `reportedAt`: when a node reported it, if one did.
+ */
+function raced(reportedAt?: number): { checker: Checker; at(ms: number): void } {
+  const ip = "10.40.0.8";
+  let now = 0;
+  const sandbox = (id: string, since: number): Sandbox => ({
+    id,
+    node: "a-1",
+    cluster: "cluster-a",
+    pod: { namespace: "shop", name: `slot-${id}`, uid: `uid-${id}` },
+    state: "live",
+    since,
+    born: since,
+    nets: [{ network: "slot", ifname: "eth0", conf: {}, ips: [ip] }],
+  });
+  const first = sandbox("a".repeat(64), 0);
+  const second = sandbox("b".repeat(64), 6_000);
+  const claim = (s: Sandbox): WireClaim => ({
+    apiVersion: "ipam.miloapis.com/v1alpha1",
+    kind: "IPClaim",
+    metadata: {
+      name: "slot-1-v4",
+      namespace: "ns",
+      annotations: { "milo-ipam.io/container-id": s.id, "milo-ipam.io/ifname": "eth0" },
+    },
+    spec: {},
+    status: { phase: "Bound", address: ip },
+  });
+  const ledger: Ledger = {
+    now: () => now,
+    sandboxes: new Map([[first.id, first], [second.id, second]]),
+    claims: () => [claim(now < 10_000 ? second : first)],
+    stateDir: () => "/nonexistent",
+    quietSince: () => -Infinity,
+    deletedBehind: () => undefined,
+    removedInPlace: () => 4_000,
+    reported: () => reportedAt !== undefined && reportedAt <= now ? reportedAt : undefined,
+  };
+  const checker = new Checker(ledger, { release: 90_000, verify: 690_000, dead: 400_000 });
+  return {
+    checker,
+    at(ms: number) {
+      now = ms;
+      if (ms >= 10_000) second.state = "dead";
+    },
+  };
+}
+
+Deno.test("sim checker: a duplicate a DELETE removed in place that ends before its window is still owed its report", () => {
+  const w = raced();
+  for (const t of [6_000, 8_000, 10_000, 50_000, 95_000]) {
+    w.at(t);
+    assert.equal(w.checker.check(), undefined, `at ${t} ms`);
+  }
+  w.at(97_000);
+  const v = w.checker.check();
+  assert.equal(v?.kind, "unreported", v?.what);
+  assert.match(v!.what, /removed in place, and no node reported it within 90 s/);
+});
+
+Deno.test("sim checker: a duplicate a DELETE removed in place, reported at once, is not held against the run after it ends", () => {
+  const w = raced(7_000);
+  for (const t of [6_000, 8_000, 10_000, 50_000, 97_000, 200_000]) {
+    w.at(t);
+    assert.equal(w.checker.check(), undefined, `at ${t} ms`);
+  }
 });

@@ -87,6 +87,13 @@ export class Checker {
   readonly #missing = new Map<string, number>();
   /** Duplicates excused (a claim deleted behind a node's back), by address: since when. */
   readonly #excused = new Map<string, number>();
+  /**
+   * Duplicates a DELETE removed in place that ended unreported, by address:
+   * the release that removed the claim still owes their report.
+   */
+  readonly #owed = new Map<string, { since: number; what: string; about: string[] }>();
+  /** What each excused duplicate of a DELETE removed in place says, by address. */
+  readonly #raced = new Map<string, { what: string; about: string[] }>();
 
   constructor(ledger: Ledger, windows: Windows) {
     this.#l = ledger;
@@ -137,25 +144,36 @@ export class Checker {
           if (!behind && !raced) return { kind: "duplicate", what, about };
           const since = this.#excused.get(ip) ?? now;
           this.#excused.set(ip, since);
+          if (behind) this.#raced.delete(ip);
+          else this.#raced.set(ip, { what, about });
           const window = behind ? this.#w.verify : this.#w.release;
-          const told = this.#l.reported(ip);
-          if ((told === undefined || told < since - window) && now - since > window) {
-            return {
-              kind: "unreported",
-              what: `${what}, ${
-                behind
-                  ? "a claim deleted behind its node's back"
-                  : "a claim a DELETE removed in place"
-              }` +
-                `, and no node reported it within ${window / 1000} s`,
-              about,
-            };
+          if (!this.#told(ip, since, window) && now - since > window) {
+            return unreported(what, behind, window, about);
           }
         }
       }
     }
-    for (const ip of this.#excused.keys()) if (!shared.has(ip)) this.#excused.delete(ip);
+    for (const [ip, since] of this.#excused) {
+      if (shared.has(ip)) continue;
+      this.#excused.delete(ip);
+      const raced = this.#raced.get(ip);
+      this.#raced.delete(ip);
+      // Over before its window: the release that removed the claim knew of it all the same.
+      if (raced && !this.#told(ip, since, this.#w.release)) this.#owed.set(ip, { since, ...raced });
+    }
+    for (const [ip, o] of this.#owed) {
+      if (this.#told(ip, o.since, this.#w.release)) this.#owed.delete(ip);
+      else if (now - o.since > this.#w.release) {
+        return unreported(o.what, false, this.#w.release, o.about);
+      }
+    }
     return undefined;
+  }
+
+  /** Whether a node reported a duplicate of `ip` since `window` before `since`. */
+  #told(ip: string, since: number, window: number): boolean {
+    const told = this.#l.reported(ip);
+    return told !== undefined && told >= since - window;
   }
 
   #unclaimed(): Violation | undefined {
@@ -272,6 +290,17 @@ export function remembered(
     }
   }
   return false;
+}
+
+function unreported(what: string, behind: boolean, window: number, about: string[]): Violation {
+  const how = behind
+    ? "a claim deleted behind its node's back"
+    : "a claim a DELETE removed in place";
+  return {
+    kind: "unreported",
+    what: `${what}, ${how}, and no node reported it within ${window / 1000} s`,
+    about,
+  };
 }
 
 function who(s: Sandbox): string {
