@@ -26,16 +26,15 @@
  */
 import type { NodeConfig } from "./config.ts";
 import { errorText, toCniError } from "./errors.ts";
-import { describeHolder, notHeldHere } from "./holder.ts";
+import { describeHolder, describeRecord, notHeldHere } from "./holder.ts";
 import type { Holdings } from "./holdings.ts";
 import { Journal } from "./journal.ts";
 import type { HeldClaim, Holding } from "./lease.ts";
-import { isLive, type LiveReader, type LiveSet } from "./liveness.ts";
+import { isLive, type LiveReader, type LiveSet, verifiedKey } from "./liveness.ts";
 import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
 import type { IPClaim } from "./milo_objects.ts";
-import { type Duplicate, leased, restoreClaim } from "./restore.ts";
-import { ipValue, parseCidr, parseIp } from "./ip.ts";
+import { type Duplicate, leased, leases, restoreClaim } from "./restore.ts";
 
 /** What one verification run found, for the reconcile report. */
 export interface Verified {
@@ -110,7 +109,7 @@ export async function verifyLive(run: VerifyRun): Promise<Verified> {
  * must not hide).
  */
 function keyOf(x: LiveClaim): string {
-  return `${x.c.name} ${x.h.containerId}`;
+  return verifiedKey(x.c.name, x.h.containerId);
 }
 
 /** Verifies one live claim; answers true when Milo had no claim of its name, or another's. */
@@ -136,7 +135,7 @@ function judgeFound(run: VerifyRun, x: LiveClaim, claim: IPClaim, out: Verified)
   const { c, h } = x;
   const a = { ...h, node: h.node ?? run.node.node };
   const other = notHeldHere(claim, a);
-  if (!other && sameAddress(claim, c.address)) {
+  if (!other && (!c.address || leases(claim, c.address))) {
     run.verified[keyOf(x)] = run.now();
     if (claim.metadata.uid && claim.metadata.uid !== c.uid) {
       // Made again (a restore, the journal's remake): the same lease under a new uid.
@@ -204,19 +203,7 @@ async function repair(run: VerifyRun, x: LiveClaim, out: Verified): Promise<void
   });
 }
 
-/** The holder a record names, in one line. */
+/** The holder a record names, live on this node, in one line. */
 function holderOfRecord(h: Holding, c: HeldClaim): string {
-  const ann = (c.body?.metadata as { annotations?: Record<string, string> } | undefined)
-    ?.annotations ?? {};
-  const pod = ann["milo-ipam.io/pod"] ?? "?";
-  return `pod=${pod} container=${h.containerId} ifname=${h.ifname} node=${h.node ?? "?"} ` +
-    `host=${h.host ?? "?"} (live on this node)`;
-}
-
-/** True when `claim` leases the recorded `address` (a CIDR as the ADD answered it). */
-function sameAddress(claim: IPClaim, address: string | undefined): boolean {
-  if (!address) return true;
-  const want = parseCidr(address) ?? parseIp(address);
-  const got = parseIp(leased(claim));
-  return !!want && !!got && want.family === got.family && ipValue(want) === ipValue(got);
+  return `${describeRecord(h, c)} (live on this node)`;
 }

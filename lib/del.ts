@@ -1,5 +1,5 @@
 import { type Attachment, attachmentOf, canName, claimName } from "./claims.ts";
-import { madeBy, notHeldHere, sameNode } from "./holder.ts";
+import { isHeldBy, madeBy, notHeldHere, sameNode } from "./holder.ts";
 import type { CniEnv } from "./cni.ts";
 import type { NodeConfig } from "./config.ts";
 import { attemptAll, CniError, combineErrors, errorText, withNote } from "./errors.ts";
@@ -7,8 +7,10 @@ import { hostId } from "./host.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
 import { IN_DOUBT, Journal } from "./journal.ts";
+import { lateDuplicate } from "./late_deletes.ts";
 import { type Holding, type JournalClaim, type Owed, owedAfterRelease } from "./lease.ts";
 import type { NetConf } from "./netconf.ts";
+import { readState, stateFileOf, verifiedKey } from "./liveness.ts";
 import { withAttachmentLock } from "./lockfile.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -107,6 +109,8 @@ async function release(inv: Invocation) {
   const events = new ReleaseTally();
   /** Claims the record held that were gone: another's DELETE may make them again. */
   const vanished: string[] = [];
+  /** Claims of the attachment's names that record another holder (the last read), by name. */
+  const others = new Map<string, IPClaim>();
   const r = await attemptAll(
     claims,
     async (name) => {
@@ -115,6 +119,7 @@ async function release(inv: Invocation) {
         const not = notHeldHere(c, a);
         if (not) why.push(not);
         else if (c.metadata.uid) seen.set(name, c.metadata.uid);
+        if (!isHeldBy(c, a)) others.set(name, c);
         const address = c.status.allocatedCIDR ?? c.status.address;
         if (!not && address) addresses.set(name, address);
         return !not;
@@ -126,6 +131,7 @@ async function release(inv: Invocation) {
     },
     (name) => `release of claim ${name} failed`,
   );
+  await reportLate(inv, record, [...others.values()], events);
   const skipped = left.size
     ? { skipped: leftAlone(left) }
     : claims.length
@@ -164,6 +170,27 @@ async function release(inv: Invocation) {
     note = `could not be journaled: ${errorText(err)}`;
   }
   throw withNote(e, note);
+}
+
+/**
+ * Reports the duplicates a DELETE that ran late left (lib/late_deletes.ts
+ * `lateDuplicate`): `others`, claims of the attachment's names that record
+ * another holder, read before reconcile read them again.
+ */
+async function reportLate(
+  inv: Invocation,
+  record: Holding | undefined,
+  others: IPClaim[],
+  events: ReleaseTally,
+): Promise<void> {
+  if (!others.length || record?.recheckAt === undefined) return;
+  const verified = await readState(stateFileOf(inv.node), inv.now())
+    .then((s) => s.verified ?? {}, () => ({} as Record<string, number>));
+  for (const c of others) {
+    const at = verified[verifiedKey(c.metadata.name, record.containerId)];
+    const d = lateDuplicate(record, c, at);
+    if (d) events.duplicates.push(d);
+  }
 }
 
 /**

@@ -3,6 +3,7 @@
  * how a release path judges it against an attachment of this machine.
  */
 import { type Attachment, KEYS } from "./claims.ts";
+import type { HeldClaim, Holding } from "./lease.ts";
 import type { IPClaim } from "./milo_objects.ts";
 
 /** Who a claim records as its holder (from its annotations). */
@@ -89,6 +90,15 @@ export function describeHolder(claim: IPClaim): string {
     `container=${h.containerId ?? "?"}`,
     `ifname=${h.ifname ?? "?"}`,
   ].join(" ");
+}
+
+/** The holder a node's record of claim `c` names, in one line. */
+export function describeRecord(h: Holding, c: HeldClaim): string {
+  const ann = (c.body?.metadata as { annotations?: Record<string, string> } | undefined)
+    ?.annotations ?? {};
+  const pod = ann[KEYS.pod] ?? "?";
+  return `pod=${pod} container=${h.containerId} ifname=${h.ifname} node=${h.node ?? "?"} ` +
+    `host=${h.host ?? "?"}`;
 }
 
 /**

@@ -21,12 +21,18 @@
  *   are read again by reconcile once no DELETE sent before the ADD can still
  *   run (`reconcile.recheckAfterS`; lib/_reconcile_verify.ts) and made again
  *   if gone: under Retain, which every such name has, Milo keeps the address
- *   for the name meanwhile.
+ *   for the name meanwhile. A DEL that comes before that read makes it
+ *   ({@link lateDuplicate}): a claim another holder made on the sandbox's
+ *   address meanwhile is reported as the duplicate it was.
  */
 import { writeAtomicSync } from "./atomic_write.ts";
 import { isSharedName } from "./claims.ts";
 import type { NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
+import { describeHolder, describeRecord } from "./holder.ts";
+import type { Holding } from "./lease.ts";
+import type { IPClaim } from "./milo_objects.ts";
+import { type Duplicate, leased, leases } from "./restore.ts";
 
 type Node = Pick<NodeConfig, "stateDir" | "reconcile">;
 
@@ -80,6 +86,33 @@ export function refuseWhileDeleting(node: Node, names: string[], now: number): v
 export function recheckAt(node: Node, names: string[], now: number): number | undefined {
   const lateMs = node.reconcile.recheckAfterS * 1000;
   return lateMs && names.some(isSharedName) ? now + lateMs : undefined;
+}
+
+/**
+ * What a DEL of the attachment `record` holds finds when Milo's claim of its
+ * shared name `claim.metadata.name` records another holder: a duplicate when
+ * the claim was never read again since its ADD (its `recheckAt` not yet
+ * verified: `verifiedAt`, lib/liveness.ts) and the other holder leases the
+ * recorded address. A DELETE sent before the ADD ran late, removed this
+ * sandbox's claim, and the other made the name while this one still ran on
+ * the address.
+ */
+export function lateDuplicate(
+  record: Holding | undefined,
+  claim: IPClaim,
+  verifiedAt: number | undefined,
+): Duplicate | undefined {
+  if (record?.state !== "held" || record.recheckAt === undefined) return undefined;
+  if (verifiedAt !== undefined && verifiedAt >= record.recheckAt) return undefined;
+  const name = claim.metadata.name;
+  const c = record.claims.find((x) => x.name === name);
+  if (!c?.address || !leases(claim, c.address)) return undefined;
+  return {
+    claim: name,
+    address: c.address,
+    holder: `${describeRecord(record, c)} (until its DEL)`,
+    now: `claim ${name} now records ${describeHolder(claim)} on ${leased(claim)}`,
+  };
 }
 
 /** The marks of one node, one file per claim name under `<stateDir>/deletes/`. */

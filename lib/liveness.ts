@@ -308,6 +308,11 @@ export function stateFileOf(node: NodeConfig): string {
   return `${node.stateDir}/reconcile-state.json`;
 }
 
+/** What {@link State}'s `verified` knows a live claim by: its name and its record's container. */
+export function verifiedKey(name: string, containerId: string): string {
+  return `${name} ${containerId}`;
+}
+
 /** What the state file carries from one run to the next. */
 export interface State {
   /** Claims absent from the caches: when first seen absent, and their uid then. */
@@ -315,7 +320,7 @@ export interface State {
   /** Claims of galactic attachments a cache has named: their uid then (lib/evidence.ts). */
   seen: Record<string, string>;
   baseline?: Baseline;
-  /** Live claims last found in Milo as recorded (ms, the node's clock), by claim name and container. */
+  /** Live claims last found in Milo as recorded (ms, the node's clock), by {@link verifiedKey}. */
   verified?: Record<string, number>;
   /**
    * What the last run's verification found wrong (addresses two sandboxes

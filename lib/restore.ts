@@ -85,7 +85,7 @@ export async function restoreClaim(
     );
   }
   const mine = sameHolder(found, meta.annotations ?? {});
-  if (mine && sameAddress(found, address)) return { outcome: made ? "made" : "present" };
+  if (mine && leases(found, address)) return { outcome: made ? "made" : "present" };
   if (mine && made?.metadata.uid) {
     // Milo re-bound the name's retained address, not the one pinned: that address is the
     // last holder's of the name, who may run on it. The claim made leases nothing this holder
@@ -114,11 +114,13 @@ export function leased(claim: IPClaim): string {
   return claim.status.address ?? claim.status.allocatedCIDR?.split("/")[0] ?? "(none)";
 }
 
-/** True when `claim` leases `address` (compared as addresses, not as text). */
-function sameAddress(claim: IPClaim, address: string): boolean {
-  const want = parseIp(address);
-  const block = parseCidr(claim.status.allocatedCIDR ?? "");
-  const got = parseIp(claim.status.address ?? "") ?? block;
+/**
+ * True when `claim` leases `address` (an address, or a CIDR as an ADD
+ * answered it), compared as addresses, not as text.
+ */
+export function leases(claim: IPClaim, address: string): boolean {
+  const want = parseCidr(address) ?? parseIp(address);
+  const got = parseIp(leased(claim));
   return !!want && !!got && want.family === got.family && ipValue(want) === ipValue(got);
 }
 

@@ -459,3 +459,46 @@ Deno.test("reconcile verifies a live claim whose shared name another attachment'
     assert.equal(stub.get(name)?.metadata.annotations?.[KEYS.containerId], "new");
   });
 });
+
+Deno.test("a DEL before its claim was read again reports the duplicate a late DELETE left: another holder made the name on its address; read again, nothing", async () => {
+  for (const round of ["recheck due", "read again"]) {
+    await withTempDir(async (dir) => {
+      const stub = new StubMilo();
+      const clock = { t: Date.now() };
+      const at = { stateDir: dir, ...POD, now: () => clock.t };
+      await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
+      const name = claimName(invocation(stub, { command: "DEL", ...at }).attachment, "ipv4");
+      // The old sandbox's DELETE is held and runs late, after the next sandbox made the name.
+      const held = stub.holdNextDelete();
+      await del(invocation(stub, { command: "DEL", ...at, containerId: "old" }));
+      clock.t += 5_000;
+      await add(invocation(stub, { command: "ADD", ...at, containerId: "new" }));
+      cached(dir, "new");
+      const address = stub.get(name)?.status.allocatedCIDR?.split("/")[0];
+      if (round === "read again") {
+        clock.t += 90_000;
+        const r = await reconcileAt(stub, { command: "DEL", ...at, containerId: "new" });
+        assert.equal(r.verified, 1, round);
+      }
+      held();
+      assert.equal(stub.get(name), undefined, "the late DELETE removed the new holder's claim");
+      // A third sandbox of the name makes it: Retain re-binds the same address.
+      await add(invocation(stub, { command: "ADD", ...at, containerId: "third" }));
+      assert.equal(stub.get(name)?.status.allocatedCIDR?.split("/")[0], address, round);
+      clock.t += 10_000;
+      const r = await del(invocation(stub, { command: "DEL", ...at, containerId: "new" }));
+      assert.match(r.skipped ?? "", /held by another sandbox, left alone/, round);
+      if (round === "read again") {
+        // Removed after it was read again: no DELETE sent before its ADD did that.
+        assert.equal(r.duplicates, undefined, round);
+        return;
+      }
+      assert.equal(r.duplicates?.length, 1, round);
+      const d = r.duplicates![0];
+      assert.equal(d.claim, name);
+      assert.equal(d.address.split("/")[0], address);
+      assert.match(d.holder, /container=new .*\(until its DEL\)/);
+      assert.match(d.now, /container=third/);
+    });
+  }
+});
