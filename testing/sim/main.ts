@@ -34,6 +34,7 @@ export const DEFAULT_WORLDS: World[] = [
   { seed: 23, profile: "handover", faults: 2 },
   { seed: 4, profile: "agent", faults: 2 },
   { seed: 2, profile: "handover", faults: 1 },
+  { seed: 21, profile: "takeover", faults: 2 },
 ];
 /** Steps of each default run. */
 export const DEFAULT_STEPS = 80;
