@@ -48,6 +48,13 @@ export interface Windows {
   dead: number;
 }
 
+/** A claim a release path's DELETE removed in place of the one it judged. */
+export interface InPlace {
+  at: number;
+  /** Whether that DELETE's answer (the claim it removed) reached its sender. */
+  answered: boolean;
+}
+
 /** What the checker reads of the world. */
 export interface Ledger {
   now(): number;
@@ -64,7 +71,7 @@ export interface Ledger {
    * of this address while its holder was live: Milo deletes by name, so a
    * DELETE may remove a newer claim than the one it judged.
    */
-  removedInPlace(address: string): number | undefined;
+  removedInPlace(address: string): InPlace | undefined;
   /**
    * When a node last reported a duplicate of this address: any report (a
    * reconcile's verification, a DEL, the journal, the sweep). One a DELETE
@@ -88,12 +95,19 @@ export class Checker {
   /** Duplicates excused (a claim deleted behind a node's back), by address: since when. */
   readonly #excused = new Map<string, number>();
   /**
-   * Duplicates a DELETE removed in place that ended unreported, by address:
-   * the release that removed the claim still owes their report.
+   * Duplicates a DELETE removed in place that ended unreported, by address,
+   * where a node could know of them: their report is still owed.
    */
   readonly #owed = new Map<string, { since: number; what: string; about: string[] }>();
-  /** What each excused duplicate of a DELETE removed in place says, by address. */
-  readonly #raced = new Map<string, { what: string; about: string[] }>();
+  /**
+   * Each excused duplicate of a DELETE removed in place, by address: what it
+   * says, and its sandboxes: `victim`, the one whose claim was removed (the
+   * other's claim leases the address), when Milo records one of them.
+   */
+  readonly #raced = new Map<
+    string,
+    { what: string; about: string[]; victim?: Sandbox; other: Sandbox }
+  >();
 
   constructor(ledger: Ledger, windows: Windows) {
     this.#l = ledger;
@@ -140,12 +154,12 @@ export class Checker {
           const behind = this.#behind(other, ip) || this.#behind(s, ip);
           const inPlace = this.#l.removedInPlace(ip);
           const raced = inPlace !== undefined &&
-            inPlace >= Math.min(other.since, s.since) - this.#w.release;
+            inPlace.at >= Math.min(other.since, s.since) - this.#w.release;
           if (!behind && !raced) return { kind: "duplicate", what, about };
           const since = this.#excused.get(ip) ?? now;
           this.#excused.set(ip, since);
           if (behind) this.#raced.delete(ip);
-          else this.#raced.set(ip, { what, about });
+          else this.#raced.set(ip, { what, about, ...this.#victim(ip, other, s) });
           const window = behind ? this.#w.verify : this.#w.release;
           if (!this.#told(ip, since, window) && now - since > window) {
             return unreported(what, behind, window, about);
@@ -158,8 +172,16 @@ export class Checker {
       this.#excused.delete(ip);
       const raced = this.#raced.get(ip);
       this.#raced.delete(ip);
-      // Over before its window: the release that removed the claim knew of it all the same.
-      if (raced && !this.#told(ip, since, this.#w.release)) this.#owed.set(ip, { since, ...raced });
+      // Over before its window, but known to a node all the same: to the release that removed
+      // the claim when its DELETE was answered, or to the DEL of the sandbox it was removed
+      // from, which ended it while the other still held the address.
+      const knew = raced && (
+        this.#l.removedInPlace(ip)?.answered ||
+        (raced.victim && raced.victim.state !== "live" && raced.other.state === "live")
+      );
+      if (raced && knew && !this.#told(ip, since, this.#w.release)) {
+        this.#owed.set(ip, { since, what: raced.what, about: raced.about });
+      }
     }
     for (const [ip, o] of this.#owed) {
       if (this.#told(ip, o.since, this.#w.release)) this.#owed.delete(ip);
@@ -168,6 +190,21 @@ export class Checker {
       }
     }
     return undefined;
+  }
+
+  /**
+   * Which of `a` and `b` (two live sandboxes on `ip`) had its claim removed:
+   * the other is the holder Milo's claim of `ip` records; neither, when it
+   * records none of them.
+   */
+  #victim(ip: string, a: Sandbox, b: Sandbox): { victim?: Sandbox; other: Sandbox } {
+    for (const c of this.#l.claims()) {
+      if (claimAddress(c) !== ip) continue;
+      const holder = c.metadata.annotations?.[`${A}container-id`];
+      if (holder === a.id) return { victim: b, other: a };
+      if (holder === b.id) return { victim: a, other: b };
+    }
+    return { other: a };
   }
 
   /** Whether a node reported a duplicate of `ip` since `window` before `since`. */

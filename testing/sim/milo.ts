@@ -96,6 +96,8 @@ export interface MiloEvents {
    * its sender judged), if any.
    */
   removed?(claim: WireClaim, by: string | undefined, judged?: string): void;
+  /** Process `by` heard Milo's answer to its `method` of `target` (a claim's name). */
+  answered?(by: string, method: string, target: string): void;
 }
 
 /** Milo's tunables in the simulation. */
@@ -269,7 +271,11 @@ export class SimMilo {
           `${key} answer`,
           () => {
             const res = r();
-            finish(() => res instanceof Error ? reject(res) : resolve(res));
+            finish(() => {
+              if (res instanceof Error) return reject(res);
+              this.events.answered?.(proc.name, method, target);
+              resolve(res);
+            });
           },
           proc,
         );

@@ -16,7 +16,14 @@ import type { ReconcileReport } from "../../lib/reconcile.ts";
 import type { Duplicate } from "../../lib/restore.ts";
 import { sweep } from "../../lib/sweep.ts";
 import type { WireClaim } from "../stub_types.ts";
-import { Checker, claimAddress, clock, type Violation, type Windows } from "./checker.ts";
+import {
+  Checker,
+  claimAddress,
+  clock,
+  type InPlace,
+  type Violation,
+  type Windows,
+} from "./checker.ts";
 import { clientWith, type Defect, invokeWith, sweepWith } from "./defects.ts";
 import { type Plant, plant } from "./plant.ts";
 import { SimKube, sweepKube } from "./kube.ts";
@@ -116,8 +123,13 @@ class World {
   readonly sandboxes = new Map<string, Sandbox>();
   readonly #agentSince = new Map<string, number>();
   readonly #behind = new Map<string, number>();
-  /** Addresses whose claim a release path deleted while its holder was live: when. */
-  readonly #inPlace = new Map<string, number>();
+  /**
+   * Addresses whose claim a release path deleted while its holder was live:
+   * when, and whether that DELETE's answer reached its sender.
+   */
+  readonly #inPlace = new Map<string, InPlace>();
+  /** The in-place removals whose DELETE's answer is on its way, by sender and claim name. */
+  readonly #unheard = new Map<string, InPlace>();
   /** Duplicates reported by a node (a reconcile's verification, a DEL, the sweep): address, last. */
   readonly #reported = new Map<string, number>();
   readonly #sweeping = new Set<Cluster>();
@@ -141,6 +153,11 @@ class World {
     }, {
       changed: (line) => this.log(line),
       removed: (c, by, judged) => this.#removed(c, by, judged),
+      answered: (by, method, target) => {
+        const x = this.#unheard.get(`${by} ${method} ${target}`);
+        if (x) x.answered = true;
+        this.#unheard.delete(`${by} ${method} ${target}`);
+      },
     });
     const world = {
       sched: this.sched,
@@ -436,7 +453,11 @@ class World {
       // In place of the object judged (Milo deletes by name): a race nothing on a node can stop.
       // The very object judged, of a live holder: the release judged wrong, which no report
       // excuses.
-      if (judged !== c.metadata.uid) this.#inPlace.set(claimAddress(c), now);
+      if (judged !== c.metadata.uid) {
+        const x = { at: now, answered: false };
+        this.#inPlace.set(claimAddress(c), x);
+        this.#unheard.set(`${by} DELETE ${c.metadata.name}`, x);
+      }
       this.log(
         `milo: ${by} deleted ${c.metadata.name} of a ${holder.state} sandbox (${holder.pod.name} ${
           holder.id.slice(0, 8)
