@@ -21,7 +21,7 @@
  *   are read again by reconcile once no DELETE sent before the ADD can still
  *   run (`reconcile.recheckAfterS`; lib/_reconcile_verify.ts) and made again
  *   if gone: under Retain, which every such name has, Milo keeps the address
- *   for the name meanwhile. A DEL that comes before that read makes it
+ *   for the name meanwhile. A DEL that comes before that read reads them
  *   ({@link lateDuplicate}): a claim another holder made on the sandbox's
  *   address meanwhile is reported as the duplicate it was.
  */

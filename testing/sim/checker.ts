@@ -8,8 +8,11 @@
  *   claim of one was deleted behind its node's back (Milo freed the address:
  *   nothing on the node can prevent that), and then a node reports the
  *   duplicate within the verification window, or one a DELETE removed in
- *   place of the claim judged (Milo deletes by name), and then the release
- *   that removed it reports the duplicate within the release window;
+ *   place of the claim judged (Milo deletes by name), and then a node
+ *   reports the duplicate within the release window, even when it ended
+ *   sooner, where a node knew of it: the release that removed the claim
+ *   heard its DELETE's answer, or the DEL of the sandbox it was removed from
+ *   ended it;
  * - **unclaimed**: no live sandbox is without its claim in Milo (its holder,
  *   its address) beyond a window: the release paths make a claim they
  *   removed in place of another again at once, or owe it to the journal,
@@ -92,7 +95,7 @@ export class Checker {
   readonly #l: Ledger;
   readonly #w: Windows;
   readonly #missing = new Map<string, number>();
-  /** Duplicates excused (a claim deleted behind a node's back), by address: since when. */
+  /** Duplicates excused (deleted behind a node's back, or removed in place), by address: since when. */
   readonly #excused = new Map<string, number>();
   /**
    * Duplicates a DELETE removed in place that ended unreported, by address,
