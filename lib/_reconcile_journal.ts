@@ -6,11 +6,12 @@
  * create that may land after its DEL) is kept until `grace` after it was
  * written, releasing its claims whenever they appear.
  */
-import { holderOf, notHeldHere, sameNode } from "./holder.ts";
+import { holderOf, isHeldBy, notHeldHere, sameNode } from "./holder.ts";
 import { toCniError } from "./errors.ts";
 import { Holdings } from "./holdings.ts";
 import { hostId } from "./host.ts";
 import { Journal, type JournalEntry, type RemakeEntry } from "./journal.ts";
+import { lateDuplicates } from "./late_deletes.ts";
 import type { JournalClaim } from "./lease.ts";
 import { withAttachmentLock } from "./lockfile.ts";
 import type { MiloClient } from "./milo.ts";
@@ -141,11 +142,14 @@ async function finishEntry(
   const waiting: JournalClaim[] = [];
   const done: string[] = [];
   const tally = new ReleaseTally();
+  /** Claims of the entry's names that record another holder. */
+  const others: IPClaim[] = [];
   let lastError = entry.lastError;
   for (const c of entry.claims) {
     try {
       const here = { ...entry, host: x.host, node: o.node.node };
       const r = await releaseJournaled(milo(), c, here, o.graceMs, now, tally);
+      if (r.other) others.push(r.other);
       if (r.outcome === "awaited") {
         waiting.push(c);
         const until = new Date(doubtUntil(entry, o.graceMs)).toISOString();
@@ -189,6 +193,7 @@ async function finishEntry(
   const here = { ...entry, host: x.host, node: o.node.node };
   for (const remake of tally.owed) await x.journal.recordRemake(here, remake, now());
   report.duplicates.push(...tally.duplicates);
+  report.duplicates.push(...await lateDuplicates(o.node, holdings.read(entry), others, now()));
   await x.journal.update(x.path, rest);
   holdings.forget(entry, done);
   if (left.length) report.journal.push({ ...summary(x.path, rest!), lastError });
@@ -224,6 +229,8 @@ interface Judged {
   why?: string;
   /** The claim kept as newer than the entry; or the claim released, as judged. */
   claim?: IPClaim;
+  /** The claim of the name found recording another holder, if one was. */
+  other?: IPClaim;
 }
 
 /**
@@ -248,10 +255,12 @@ async function releaseJournaled(
   const why: string[] = [];
   let newer: IPClaim | undefined;
   let mine: IPClaim | undefined;
+  let other: IPClaim | undefined;
   const r = await milo.releaseIf(c.name, (claim, serverTime) => {
     const not = notHeldHere(claim, entry);
     if (not) {
       why.push(not);
+      if (!isHeldBy(claim, entry)) other = claim;
       return false;
     }
     const claimAge = ageOnMilo(claim, serverTime);
@@ -279,5 +288,5 @@ async function releaseJournaled(
   if (r === "released") return { outcome: "released", claim: mine };
   if (newer) return { outcome: "newer", why: why.join("; "), claim: newer };
   if (waiting) return { outcome: "awaited" };
-  return { outcome: "changed", why: why.join("; ") || "changed" };
+  return { outcome: "changed", why: why.join("; ") || "changed", ...(other ? { other } : {}) };
 }

@@ -7,10 +7,9 @@ import { hostId } from "./host.ts";
 import { claimNamesOf, familiesOf, type Handler, type Invocation } from "./invocation.ts";
 import { Holdings } from "./holdings.ts";
 import { IN_DOUBT, Journal } from "./journal.ts";
-import { lateDuplicate } from "./late_deletes.ts";
+import { lateDuplicates } from "./late_deletes.ts";
 import { type Holding, type JournalClaim, type Owed, owedAfterRelease } from "./lease.ts";
 import type { NetConf } from "./netconf.ts";
-import { readState, stateFileOf, verifiedKey } from "./liveness.ts";
 import { withAttachmentLock } from "./lockfile.ts";
 import { ReleaseTally } from "./milo_release.ts";
 import type { IPClaim } from "./milo_objects.ts";
@@ -131,7 +130,9 @@ async function release(inv: Invocation) {
     },
     (name) => `release of claim ${name} failed`,
   );
-  await reportLate(inv, record, [...others.values()], events);
+  events.duplicates.push(
+    ...await lateDuplicates(inv.node, record, [...others.values()], inv.now()),
+  );
   const skipped = left.size
     ? { skipped: leftAlone(left) }
     : claims.length
@@ -170,27 +171,6 @@ async function release(inv: Invocation) {
     note = `could not be journaled: ${errorText(err)}`;
   }
   throw withNote(e, note);
-}
-
-/**
- * Reports the duplicates a DELETE that ran late left (lib/late_deletes.ts
- * `lateDuplicate`): `others`, claims of the attachment's names that record
- * another holder, read before reconcile read them again.
- */
-async function reportLate(
-  inv: Invocation,
-  record: Holding | undefined,
-  others: IPClaim[],
-  events: ReleaseTally,
-): Promise<void> {
-  if (!others.length || record?.recheckAt === undefined) return;
-  const verified = await readState(stateFileOf(inv.node), inv.now())
-    .then((s) => s.verified ?? {}, () => ({} as Record<string, number>));
-  for (const c of others) {
-    const at = verified[verifiedKey(c.metadata.name, record.containerId)];
-    const d = lateDuplicate(record, c, at);
-    if (d) events.duplicates.push(d);
-  }
 }
 
 /**

@@ -22,8 +22,9 @@
  *   run (`reconcile.recheckAfterS`; lib/_reconcile_verify.ts) and made again
  *   if gone: under Retain, which every such name has, Milo keeps the address
  *   for the name meanwhile. A DEL that comes before that read reads them
- *   ({@link lateDuplicate}): a claim another holder made on the sandbox's
- *   address meanwhile is reported as the duplicate it was.
+ *   (or the journal's release after it): a claim another holder made on the
+ *   sandbox's address meanwhile is reported as the duplicate it was
+ *   ({@link lateDuplicates}).
  */
 import { writeAtomicSync } from "./atomic_write.ts";
 import { isSharedName } from "./claims.ts";
@@ -31,6 +32,7 @@ import type { NodeConfig } from "./config.ts";
 import { CniError } from "./errors.ts";
 import { describeHolder, describeRecord } from "./holder.ts";
 import type { Holding } from "./lease.ts";
+import { readState, stateFileOf, verifiedKey } from "./liveness.ts";
 import type { IPClaim } from "./milo_objects.ts";
 import { type Duplicate, leased, leases } from "./restore.ts";
 
@@ -89,7 +91,27 @@ export function recheckAt(node: Node, names: string[], now: number): number | un
 }
 
 /**
- * What a DEL of the attachment `record` holds finds when Milo's claim of its
+ * The duplicates a DELETE that ran late left an attachment whose release
+ * (its DEL, or the journal's after it) found `others`, claims of its names
+ * that record another holder: {@link lateDuplicate} of each, against when
+ * reconcile last found it as recorded (its state file, read only then).
+ */
+export async function lateDuplicates(
+  node: NodeConfig,
+  record: Holding | undefined,
+  others: IPClaim[],
+  now: number,
+): Promise<Duplicate[]> {
+  if (!others.length || record?.recheckAt === undefined) return [];
+  const verified = await readState(stateFileOf(node), now)
+    .then((s) => s.verified ?? {}, () => ({} as Record<string, number>));
+  return others.flatMap((c) =>
+    lateDuplicate(record, c, verified[verifiedKey(c.metadata.name, record.containerId)]) ?? []
+  );
+}
+
+/**
+ * What a release of the attachment `record` holds finds when Milo's claim of its
  * shared name `claim.metadata.name` records another holder: a duplicate when
  * the claim was never read again since its ADD (its `recheckAt` not yet
  * verified: `verifiedAt`, lib/liveness.ts) and the other holder leases the

@@ -1,9 +1,9 @@
 /**
  * The sequences the simulator (testing/sim, `deno task simulate`) found in
  * the release paths, each pinned in-process over the stub answering as Milo
- * does (docs/simulator.md names a seed that shows each). Those fixed here
- * fail on the code before their fix; those left for a design change are
- * `ignore`d and say so.
+ * does (docs/simulator.md names a seed that shows each), and a sibling of one
+ * found by reading its fix. Those fixed here fail on the code before their
+ * fix; those left for a design change are `ignore`d and say so.
  */
 import assert from "node:assert/strict";
 import { add } from "../lib/add.ts";
@@ -460,32 +460,54 @@ Deno.test("reconcile verifies a live claim whose shared name another attachment'
   });
 });
 
+/** What `lateDeleteLeft` answers. */
+type Late = {
+  stub: StubMilo;
+  clock: { t: number };
+  at: Partial<InvocationOptions> & { stateDir: string; now: () => number };
+  name: string;
+  address?: string;
+};
+
+/**
+ * A slot of db-0 on the node of `dir` whose old sandbox's DELETE runs late:
+ * "new" made the name (its container cached: live), the late DELETE removed
+ * its claim, and "third" made the name again on the same address (Retain).
+ * `beforeLate` runs before the DELETE lands. Answers the stub, the clock, the
+ * node's options, the name and its address.
+ */
+async function lateDeleteLeft(dir: string, beforeLate = (_: Late) => Promise.resolve()) {
+  const stub = new StubMilo();
+  const clock = { t: Date.now() };
+  const at = { stateDir: dir, ...POD, now: () => clock.t };
+  await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
+  const name = claimName(invocation(stub, { command: "DEL", ...at }).attachment, "ipv4");
+  const held = stub.holdNextDelete();
+  await del(invocation(stub, { command: "DEL", ...at, containerId: "old" }));
+  clock.t += 5_000;
+  await add(invocation(stub, { command: "ADD", ...at, containerId: "new" }));
+  cached(dir, "new");
+  const address = stub.get(name)?.status.allocatedCIDR?.split("/")[0];
+  const late = { stub, clock, at, name, address };
+  await beforeLate(late);
+  held();
+  assert.equal(stub.get(name), undefined, "the late DELETE removed the new holder's claim");
+  await add(invocation(stub, { command: "ADD", ...at, containerId: "third" }));
+  cached(dir, "third");
+  assert.equal(stub.get(name)?.status.allocatedCIDR?.split("/")[0], address, "the same address");
+  clock.t += 10_000;
+  return late;
+}
+
 Deno.test("a DEL before its claim was read again reports the duplicate a late DELETE left: another holder made the name on its address; read again, nothing", async () => {
   for (const round of ["recheck due", "read again"]) {
     await withTempDir(async (dir) => {
-      const stub = new StubMilo();
-      const clock = { t: Date.now() };
-      const at = { stateDir: dir, ...POD, now: () => clock.t };
-      await add(invocation(stub, { command: "ADD", ...at, containerId: "old" }));
-      const name = claimName(invocation(stub, { command: "DEL", ...at }).attachment, "ipv4");
-      // The old sandbox's DELETE is held and runs late, after the next sandbox made the name.
-      const held = stub.holdNextDelete();
-      await del(invocation(stub, { command: "DEL", ...at, containerId: "old" }));
-      clock.t += 5_000;
-      await add(invocation(stub, { command: "ADD", ...at, containerId: "new" }));
-      cached(dir, "new");
-      const address = stub.get(name)?.status.allocatedCIDR?.split("/")[0];
-      if (round === "read again") {
-        clock.t += 90_000;
-        const r = await reconcileAt(stub, { command: "DEL", ...at, containerId: "new" });
+      const { stub, at, name, address } = await lateDeleteLeft(dir, async (x) => {
+        if (round !== "read again") return;
+        x.clock.t += 90_000;
+        const r = await reconcileAt(x.stub, { command: "DEL", ...x.at, containerId: "new" });
         assert.equal(r.verified, 1, round);
-      }
-      held();
-      assert.equal(stub.get(name), undefined, "the late DELETE removed the new holder's claim");
-      // A third sandbox of the name makes it: Retain re-binds the same address.
-      await add(invocation(stub, { command: "ADD", ...at, containerId: "third" }));
-      assert.equal(stub.get(name)?.status.allocatedCIDR?.split("/")[0], address, round);
-      clock.t += 10_000;
+      });
       const r = await del(invocation(stub, { command: "DEL", ...at, containerId: "new" }));
       assert.match(r.skipped ?? "", /held by another sandbox, left alone/, round);
       if (round === "read again") {
@@ -501,4 +523,19 @@ Deno.test("a DEL before its claim was read again reports the duplicate a late DE
       assert.match(d.now, /container=third/);
     });
   }
+});
+
+Deno.test("a DEL that failed before it could read its claim leaves the late DELETE's duplicate to the journal, which reports it", async () => {
+  await withTempDir(async (dir) => {
+    const { stub, at, name, address } = await lateDeleteLeft(dir);
+    // The new sandbox's DEL finds Milo unreachable (a runtime that never repeats it): journaled.
+    stub.inject({ method: "GET", times: FOREVER, answer: () => statusReply(503) });
+    await rejectsWith(del(invocation(stub, { command: "DEL", ...at, containerId: "new" })), 11);
+    stub.clearFaults();
+    const r = await reconcileAt(stub, { command: "DEL", ...at, containerId: "new" });
+    assert.equal(r.duplicates.length, 1, JSON.stringify(r.duplicates));
+    assert.equal(r.duplicates[0].address.split("/")[0], address);
+    assert.match(r.duplicates[0].now, /container=third/);
+    assert.equal(stub.get(name)?.metadata.annotations?.[KEYS.containerId], "third", "left alone");
+  });
 });
