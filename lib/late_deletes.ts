@@ -119,7 +119,7 @@ export async function lateDuplicates(
  * sandbox's claim, and the other made the name while this one still ran on
  * the address.
  */
-export function lateDuplicate(
+function lateDuplicate(
   record: Holding | undefined,
   claim: IPClaim,
   verifiedAt: number | undefined,
